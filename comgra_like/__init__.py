@@ -1,0 +1,57 @@
+"""comgra_like: record the internals of PyTorch training runs and explore them in a GUI.
+
+The recorder (``ComgraRecorder``) needs torch; it is imported lazily so that the query
+API (``comgra_like.query``) and the GUI work where torch is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (
+    CallOrderError,
+    ComgraError,
+    ConfigurationError,
+    GraphError,
+    NotFoundError,
+    PluginError,
+    RecordingDecisionError,
+    RegistrationError,
+    SchemaVersionError,
+    StorageError,
+    TrainingStepError,
+)
+from .objects import (
+    DecisionMakerForRecordings,
+    DecisionMakerForRecordingsFrequencyPerType,
+    DecisionMakerForRecordingsHardcoded,
+)
+
+__version__ = "0.1.0"
+
+my_recorder: Any = None
+"""The module-level holder users assign their recorder to (``comgra_like.my_recorder = ...``)."""
+
+__all__ = [
+    "CallOrderError", "ComgraError", "ComgraRecorder", "ConfigurationError",
+    "DecisionMakerForRecordings", "DecisionMakerForRecordingsFrequencyPerType",
+    "DecisionMakerForRecordingsHardcoded", "GraphError", "NotFoundError", "PluginError",
+    "RecordingDecisionError", "RegistrationError", "SchemaVersionError", "StorageError",
+    "TrainingStepError", "compact_trial", "open_group", "my_recorder",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ComgraRecorder":
+        from .recorder import ComgraRecorder
+
+        return ComgraRecorder
+    if name == "open_group":
+        from .query import open_group
+
+        return open_group
+    if name == "compact_trial":
+        from .store.compaction import compact_trial
+
+        return compact_trial
+    raise AttributeError(f"module 'comgra_like' has no attribute {name!r}")

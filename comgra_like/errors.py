@@ -1,0 +1,52 @@
+"""Exception types raised by comgra_like.
+
+Every misuse of the recorder API or the query API raises a subclass of
+:class:`ComgraError`. Messages say what was wrong and how to fix it; none of
+them is raised by a bare ``assert``.
+"""
+
+from __future__ import annotations
+
+
+class ComgraError(Exception):
+    """Base class of every error comgra_like raises on purpose."""
+
+
+class ConfigurationError(ComgraError, ValueError):
+    """An argument to the recorder or the GUI has an invalid value."""
+
+
+class CallOrderError(ComgraError, RuntimeError):
+    """A recorder method was called at a point of the training loop where it is not allowed."""
+
+
+class TrainingStepError(ComgraError, ValueError):
+    """Training steps passed to ``start_batch`` do not strictly increase."""
+
+
+class RegistrationError(ComgraError, ValueError):
+    """A tensor could not be registered (bad name, shape, dtype, duplicate, ...)."""
+
+
+class GraphError(ComgraError, RuntimeError):
+    """The dependency graph could not be built (unregistered leaf, cycle, ...)."""
+
+
+class RecordingDecisionError(ComgraError, RuntimeError):
+    """Dynamic recording was used wrongly (gradients before the decision, ...)."""
+
+
+class StorageError(ComgraError, OSError):
+    """A recording could not be written or read."""
+
+
+class SchemaVersionError(StorageError):
+    """A recording was written with a storage format this version cannot read."""
+
+
+class NotFoundError(ComgraError, LookupError):
+    """The query API was asked for a trial, step or tensor that is not recorded."""
+
+
+class PluginError(ComgraError, RuntimeError):
+    """A visualization plugin file could not be loaded."""

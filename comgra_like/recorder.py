@@ -1,0 +1,1072 @@
+"""ComgraRecorder: the object a training loop calls to record its internals.
+
+Same class, method and parameter names as comgra 0.11.5, so that a script written for
+comgra runs with only its imports changed. On steps that are not recorded every call
+returns after a flag check. On recorded steps the recorder keeps references to the
+registered tensors (and clones of their gradients), and at ``finish_batch`` computes
+all statistics with a few batched operations on the tensors' device, moves them to
+the host in one transfer and hands them to a background thread that writes parquet.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from . import __version__
+from ._graph import DependencyWalker, canonical_hash, find_cycle
+from ._kpi import KpiThinner
+from ._rows import CaptureMeta, build_tensor_table
+from ._stats import NUM_STATS, batch_aggregates, segment_ids, segment_statistics
+from .errors import (
+    CallOrderError,
+    ConfigurationError,
+    GraphError,
+    RecordingDecisionError,
+    RegistrationError,
+    TrainingStepError,
+)
+from .objects import DecisionMakerForRecordings
+from .store.compaction import compact_trial
+from .store.schema import (
+    KPIS_SCHEMA,
+    SCHEMA_VERSION,
+    STEPS_SCHEMA,
+    TRIAL_ID_PATTERN,
+    TYPE_OF_EXECUTION_PATTERN,
+)
+from .store.writer import ShardWriter, append_jsonl, write_json
+
+log = logging.getLogger("comgra_like")
+
+_FORWARD = "forward"
+_UPDATE = "update"
+
+
+@dataclass(eq=False)
+class _Registration:
+    rid: int
+    tensor_name: str
+    node: str
+    role: str
+    kind: str
+    iteration: int  # -1: belongs to the whole step (parameters, initial values)
+    batch_dim: int | None
+    per_sample: bool
+    with_values: bool
+    tensor: torch.Tensor
+    alias_of: int | None = None
+    param_index: int = -1
+
+
+@dataclass(eq=False)
+class _Parameter:
+    full_name: str
+    tensor: torch.nn.Parameter
+    node: str
+    role: str
+    module_group: str | None
+
+
+@dataclass(eq=False)
+class _Capture:
+    reg: _Registration
+    recording_type: str
+    tensor: torch.Tensor
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Everything one recorded (or undecided) batch accumulates; dropped at finish."""
+
+    regs: list[_Registration] = field(default_factory=list)
+    by_name: dict[tuple[str, int], _Registration] = field(default_factory=dict)
+    by_node_role: dict[tuple[str, str, int], _Registration] = field(default_factory=dict)
+    owner_fn: dict[tuple[object, int], int] = field(default_factory=dict)
+    owner_leaf: dict[int, int] = field(default_factory=dict)
+    by_tensor: dict[int, _Registration] = field(default_factory=dict)
+    conn_fn: dict[object, set[int]] = field(default_factory=dict)
+    conn_leaf: dict[int, set[int]] = field(default_factory=dict)
+    conn_reg: dict[int, set[int]] = field(default_factory=dict)
+    keep_alive: list[torch.Tensor] = field(default_factory=list)
+    captures: list[_Capture] = field(default_factory=list)
+    gradient_groups: set[str] = field(default_factory=set)
+    graphs: dict[int, str] = field(default_factory=dict)  # iteration -> graph hash
+    snapshots: list[torch.Tensor] = field(default_factory=list)
+    pending_kpis: list[tuple] = field(default_factory=list)
+    walker: DependencyWalker | None = None
+
+
+class ComgraRecorder:
+    """Records named tensors, gradients, parameter updates and the dependency graph."""
+
+    def __init__(
+        self,
+        comgra_root_path,
+        group: str,
+        trial_id: str,
+        decision_maker_for_recordings: DecisionMakerForRecordings,
+        max_num_batch_size_to_record: int | None = None,
+        prefixes_for_grouping_module_parameters_visually: Sequence[str] | None = None,
+        prefixes_for_grouping_module_parameters_in_nodes: Sequence[str] | None = None,
+        comgra_is_active: bool = True,
+        max_num_mappings_to_save_at_once_during_serialization: int = 10000,
+        type_of_serialization: str = "msgpack",
+        calculate_svd_and_other_expensive_operations_of_parameters: bool = True,
+    ):
+        self.comgra_is_active = bool(comgra_is_active)
+        self.training_step: int | None = None
+        self.type_of_execution: str | None = None
+        self.iteration: int | None = None
+        self._stage = "idle"
+        self._recording = False
+        self._finalized = False
+        if not self.comgra_is_active:
+            return
+        if not isinstance(decision_maker_for_recordings, DecisionMakerForRecordings):
+            raise ConfigurationError(
+                "decision_maker_for_recordings must be a decision maker from comgra_like.objects "
+                "(e.g. DecisionMakerForRecordingsFrequencyPerType(10)), got "
+                f"{decision_maker_for_recordings!r}"
+            )
+        if max_num_batch_size_to_record is not None and (
+            not isinstance(max_num_batch_size_to_record, int) or max_num_batch_size_to_record < 1
+        ):
+            raise ConfigurationError(
+                "max_num_batch_size_to_record must be None (all samples) or a positive integer, "
+                f"got {max_num_batch_size_to_record!r}"
+            )
+        trial_id = str(trial_id)
+        if not TRIAL_ID_PATTERN.match(trial_id):
+            raise ConfigurationError(
+                f"trial_id {trial_id!r} may only contain letters, digits, '.', '_' and '-'"
+            )
+        group = str(group)
+        if not group or group in (".", "..") or "/" in group or "\\" in group:
+            raise ConfigurationError(
+                f"group {group!r} must be one folder name (no path separators); put the "
+                "parent folders into comgra_root_path"
+            )
+        self.decision_maker = decision_maker_for_recordings
+        self.max_num_batch_size_to_record = max_num_batch_size_to_record
+        self.prefixes_visual = list(prefixes_for_grouping_module_parameters_visually or [])
+        self.prefixes_nodes = list(prefixes_for_grouping_module_parameters_in_nodes or [])
+        self.calculate_svd = bool(calculate_svd_and_other_expensive_operations_of_parameters)
+        self.trial_id = trial_id
+        self.group_path = Path(comgra_root_path) / group
+        self.trial_path = self.group_path / "trials" / trial_id
+        if self.trial_path.exists():
+            log.warning("comgra_like: replacing the existing recording %s", self.trial_path)
+            shutil.rmtree(self.trial_path)
+        self.trial_path.mkdir(parents=True)
+        self._created = time.time()
+        self._settings = {
+            "max_num_batch_size_to_record": max_num_batch_size_to_record,
+            "prefixes_for_grouping_module_parameters_visually": self.prefixes_visual,
+            "prefixes_for_grouping_module_parameters_in_nodes": self.prefixes_nodes,
+            "calculate_svd_and_other_expensive_operations_of_parameters": self.calculate_svd,
+            "decision_maker_for_recordings": repr(decision_maker_for_recordings),
+        }
+        self._write_trial_json("running")
+        self._writer = ShardWriter(self.trial_path)
+        self._modules: dict[int, str] = {}  # id(module) -> full name
+        self._module_tree: list[dict] = []
+        self._params: list[_Parameter] = []
+        self._known_types: set[str] = set()
+        self._all_types_known = False
+        self._record_by_default = True
+        self._batch_size = 0
+        self._decided = True
+        self._sample_indices: list[int] = []
+        self._sample_categories: list[str] = []
+        self._batch: _Batch | None = None
+        self._kpi_thinners: dict[tuple[str, str, str], KpiThinner] = {}
+        self._kpi_rows: list[tuple] = []
+        self._kpi_last_submit = time.monotonic()
+        self._seen_graphs: set[str] = set()
+        self._recorded_steps = 0
+
+    # ----- metadata ---------------------------------------------------------------------
+
+    def _write_trial_json(self, status: str) -> None:
+        write_json(
+            self.trial_path / "trial.json",
+            {
+                "schema_version": SCHEMA_VERSION,
+                "trial_id": self.trial_id,
+                "group": self.group_path.name,
+                "created": self._created,
+                "status": status,
+                "settings": self._settings,
+                "versions": {
+                    "comgra_like": __version__,
+                    "torch": torch.__version__,
+                    "python": platform.python_version(),
+                },
+            },
+        )
+
+    def track_module(self, module_name: str, module: torch.nn.Module) -> None:
+        """Track a module: its parameters are recorded on every recorded step."""
+        if not self.comgra_is_active:
+            return
+        if self._stage != "idle" or self._recorded_steps:
+            raise CallOrderError(
+                f"track_module({module_name!r}) must be called before the first start_batch()"
+            )
+        if not isinstance(module, torch.nn.Module):
+            raise ConfigurationError(f"track_module({module_name!r}, ...) needs a torch.nn.Module")
+        if not module_name or "." in module_name:
+            raise ConfigurationError(
+                f"module_name {module_name!r} must be non-empty and contain no '.' "
+                "(the dot separates submodules in full names)"
+            )
+        if module_name in self._modules.values():
+            raise RegistrationError(f"a module named {module_name!r} is tracked already")
+        known = {id(p.tensor) for p in self._params}
+        for sub_name, sub in module.named_modules():
+            full = module_name if not sub_name else f"{module_name}.{sub_name}"
+            self._modules.setdefault(id(sub), full)
+            params = []
+            for p_name, p in sub.named_parameters(recurse=False):
+                p_full = f"{full}.{p_name}"
+                params.append({"name": p_name, "full_name": p_full, "shape": list(p.shape),
+                               "numel": int(p.numel())})
+                if id(p) in known:
+                    continue  # shared parameter, tracked under its first name
+                known.add(id(p))
+                node = next((x for x in self.prefixes_nodes if p_full.startswith(x)), None)
+                visual = max((x for x in self.prefixes_visual if p_full.startswith(x)),
+                             key=len, default=None)
+                self._params.append(_Parameter(
+                    full_name=p_full, tensor=p, node=node or p_full, role=p_full,
+                    module_group=visual,
+                ))
+            parent = full.rsplit(".", 1)[0] if "." in full else None
+            total = sum(int(p.numel()) for p in sub.parameters())
+            self._module_tree.append({"name": full, "parent": parent, "parameters": params,
+                                      "num_parameters_total": total})
+        write_json(self.trial_path / "modules.json", {"modules": self._module_tree})
+
+    def get_name_of_module(self, module: torch.nn.Module) -> str:
+        """The full name (``parent.child``) under which ``module`` is tracked."""
+        try:
+            return self._modules[id(module)]
+        except (KeyError, AttributeError):
+            raise RegistrationError(
+                f"{type(module).__name__} is not tracked: call track_module() on it or on a "
+                "module containing it first"
+            ) from None
+
+    def add_note(self, note) -> None:
+        """Store a line of text for the Notes page (and log it)."""
+        log.info("comgra_like note: %s", note)
+        if not self.comgra_is_active:
+            return
+        append_jsonl(self.trial_path / "notes.jsonl", {"text": str(note), "wall_time": time.time(),
+                                                      "training_step": self.training_step})
+
+    # ----- the batch ----------------------------------------------------------------------
+
+    def recording_is_active(self) -> bool:
+        """Whether the current training step is being recorded."""
+        return self._recording
+
+    def start_batch(
+        self,
+        training_step: int,
+        current_batch_size: int,
+        type_of_execution: str | None = "main_execution_type",
+        record_all_tensors_per_batch_index_by_default: bool = True,
+        override__recording_is_active: bool | None = None,
+    ) -> None:
+        """Start a training step; decides whether it is recorded."""
+        if not self.comgra_is_active:
+            return
+        if self._stage != "idle":
+            raise CallOrderError(
+                f"start_batch({training_step}) called before finish_batch() of step "
+                f"{self.training_step}"
+            )
+        if self._finalized:
+            raise CallOrderError("start_batch() called after finalize()")
+        if self.training_step is not None and not training_step > self.training_step:
+            raise TrainingStepError(
+                f"training_step must strictly increase: got {training_step} after "
+                f"{self.training_step}"
+            )
+        if type_of_execution is not None:
+            self._check_type_of_execution(type_of_execution)
+        self.training_step = training_step
+        self.type_of_execution = type_of_execution
+        self.iteration = None
+        self._stage = "batch"
+        if override__recording_is_active is not None:
+            record = bool(override__recording_is_active)
+        elif type_of_execution is None:
+            record = not (self._all_types_known and not self.decision_maker.could_record_any(
+                training_step, self._known_types))
+        else:
+            record = self.decision_maker.is_record_on_this_step(training_step, type_of_execution)
+        self._recording = record
+        if not record:
+            return
+        if not self._params and not self._modules:
+            raise CallOrderError(
+                "no module is tracked: call track_module(name, model) before recording"
+            )
+        if not isinstance(current_batch_size, int) or current_batch_size < 1:
+            raise ConfigurationError(
+                f"current_batch_size must be a positive integer, got {current_batch_size!r}"
+            )
+        self._batch_size = current_batch_size
+        self._record_by_default = bool(record_all_tensors_per_batch_index_by_default)
+        self._decided = type_of_execution is not None
+        k = current_batch_size if self.max_num_batch_size_to_record is None else min(
+            current_batch_size, self.max_num_batch_size_to_record)
+        self._sample_indices = list(range(k))
+        self._sample_categories = [""] * k
+        self._batch = _Batch()
+        self._batch.walker = self._make_walker(self._batch)
+        for i, p in enumerate(self._params):
+            self._batch.snapshots.append(p.tensor.detach().clone())
+            reg = self._add_registration(
+                tensor_name=p.full_name, tensor=p.tensor, node=p.node, role=p.role,
+                kind="parameter", iteration=-1, batch_dim=None, per_sample=False,
+                with_values=False,
+            )
+            reg.param_index = i
+
+    @staticmethod
+    def _check_type_of_execution(type_of_execution) -> None:
+        if not isinstance(type_of_execution, str) or not TYPE_OF_EXECUTION_PATTERN.match(
+            type_of_execution
+        ):
+            raise ConfigurationError(
+                f"type_of_execution {type_of_execution!r} may only contain letters, digits, "
+                "'_' and '-'"
+            )
+        if type_of_execution == "any" or type_of_execution.startswith("__"):
+            raise ConfigurationError(
+                f"type_of_execution {type_of_execution!r} is reserved for the GUI; choose another"
+            )
+
+    def start_iteration(self) -> None:
+        """Start the next iteration (forward pass) of the current batch."""
+        if not self.comgra_is_active:
+            return
+        if self._stage != "batch":
+            raise CallOrderError(
+                "start_iteration() must follow start_batch() or finish_iteration(); "
+                f"it was called in stage {self._stage!r}"
+            )
+        self._stage = "iteration"
+        self.iteration = 0 if self.iteration is None else self.iteration + 1
+
+    def register_tensor(
+        self,
+        tensor_name: str,
+        tensor: torch.Tensor,
+        index_of_batch_dimension: int | None = 0,
+        is_input: bool = False,
+        is_parameter: bool = False,
+        is_target: bool = False,
+        is_loss: bool = False,
+        recording_type: str | None = None,
+        record_per_batch_index: bool | None = None,
+        node_name: str | None = None,
+        role_within_node: str | None = None,
+        is_initial_value: bool = False,
+    ) -> None:
+        """Register a tensor to record; call it right after the tensor is created."""
+        if not self._recording:
+            if self.comgra_is_active and self._stage == "idle":
+                raise CallOrderError(
+                    f"register_tensor({tensor_name!r}) called outside a batch: call "
+                    "start_batch() first"
+                )
+            return
+        if not isinstance(tensor, torch.Tensor):
+            raise RegistrationError(
+                f"register_tensor({tensor_name!r}, ...) needs a torch.Tensor, got "
+                f"{type(tensor).__name__}"
+            )
+        if not isinstance(tensor_name, str) or not tensor_name:
+            raise RegistrationError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
+        if sum(map(bool, (is_input, is_parameter, is_target, is_loss))) > 1:
+            raise RegistrationError(
+                f"{tensor_name!r}: at most one of is_input, is_parameter, is_target and is_loss "
+                "may be True"
+            )
+        if is_initial_value:
+            if self._stage != "batch" or self.iteration is not None:
+                raise CallOrderError(
+                    f"{tensor_name!r}: is_initial_value=True registers a state before the first "
+                    "iteration: call it after start_batch() and before start_iteration()"
+                )
+            iteration = -1
+        elif is_parameter:
+            iteration = -1
+        else:
+            if self._stage != "iteration":
+                raise CallOrderError(
+                    f"register_tensor({tensor_name!r}) must be called between start_iteration() "
+                    "and finish_iteration() (or pass is_initial_value=True before the first "
+                    "iteration)"
+                )
+            iteration = self.iteration
+        if recording_type not in (None, "neuron", "kpis"):
+            raise RegistrationError(
+                f"{tensor_name!r}: recording_type must be 'neuron', 'kpis' or None, got "
+                f"{recording_type!r}"
+            )
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            raise RegistrationError(
+                f"{tensor_name!r} has dtype {tensor.dtype}, which cannot require a gradient. "
+                "Register a float copy instead (tensor.float()) and connect it with "
+                "add_tensor_connection()"
+            )
+        if is_loss:
+            if tensor.numel() != 1:
+                raise RegistrationError(
+                    f"loss {tensor_name!r} must be a scalar (0-dim) tensor, got shape "
+                    f"{tuple(tensor.shape)}; reduce it (e.g. .mean()) or register it without "
+                    "is_loss=True"
+                )
+            batch_dim = None
+        elif is_parameter:
+            batch_dim = None
+        else:
+            batch_dim = index_of_batch_dimension
+        if batch_dim is not None:
+            if not isinstance(batch_dim, int) or not (0 <= batch_dim < tensor.dim()):
+                raise RegistrationError(
+                    f"{tensor_name!r} has shape {tuple(tensor.shape)} and no dimension "
+                    f"{batch_dim}; pass index_of_batch_dimension=None for a tensor without a "
+                    "batch dimension"
+                )
+            if tensor.shape[batch_dim] != self._batch_size:
+                raise RegistrationError(
+                    f"{tensor_name!r} has size {tensor.shape[batch_dim]} in its batch dimension "
+                    f"{batch_dim} (shape {tuple(tensor.shape)}), but start_batch() declared a "
+                    f"batch size of {self._batch_size}"
+                )
+        per_sample = self._record_by_default if record_per_batch_index is None else bool(
+            record_per_batch_index)
+        if batch_dim is None:
+            if record_per_batch_index:
+                raise RegistrationError(
+                    f"{tensor_name!r} has no batch dimension, so record_per_batch_index=True is "
+                    "impossible"
+                )
+            per_sample = False
+        kind = ("input" if is_input else "parameter" if is_parameter else "target" if is_target
+                else "loss" if is_loss else "calculated")
+        node = node_name if node_name is not None else tensor_name
+        role = role_within_node if role_within_node is not None else tensor_name
+        with_values = recording_type != "kpis" and not is_parameter
+        batch = self._batch
+        alias = batch.by_tensor.get(id(tensor))
+        if alias is not None and alias.tensor is not tensor:
+            alias = None
+        if not tensor.requires_grad:
+            if not tensor.is_leaf:  # pragma: no cover - a non-leaf always requires grad
+                raise RegistrationError(f"{tensor_name!r} cannot be made to require a gradient")
+            tensor.requires_grad_(True)
+        if tensor.grad_fn is not None:
+            tensor.retain_grad()
+        self._add_registration(
+            tensor_name=tensor_name, tensor=tensor, node=node, role=role, kind=kind,
+            iteration=iteration, batch_dim=batch_dim, per_sample=per_sample,
+            with_values=with_values, alias_of=alias.rid if alias is not None else None,
+        )
+
+    def _add_registration(self, *, tensor_name, tensor, node, role, kind, iteration, batch_dim,
+                          per_sample, with_values, alias_of=None) -> _Registration:
+        batch = self._batch
+        if (tensor_name, iteration) in batch.by_name:
+            raise RegistrationError(
+                f"a tensor named {tensor_name!r} is registered already in iteration {iteration} "
+                f"of step {self.training_step}; give each tensor a unique name per iteration"
+            )
+        if (node, role, iteration) in batch.by_node_role:
+            raise RegistrationError(
+                f"node {node!r} already has a tensor with role {role!r} in iteration {iteration} "
+                f"of step {self.training_step} (while registering {tensor_name!r}); pass a "
+                "different role_within_node"
+            )
+        reg = _Registration(
+            rid=len(batch.regs), tensor_name=tensor_name, node=node, role=role, kind=kind,
+            iteration=iteration, batch_dim=batch_dim, per_sample=per_sample,
+            with_values=with_values, tensor=tensor, alias_of=alias_of,
+        )
+        batch.regs.append(reg)
+        batch.by_name[(tensor_name, iteration)] = reg
+        batch.by_node_role[(node, role, iteration)] = reg
+        if alias_of is None:
+            batch.by_tensor[id(tensor)] = reg
+            if tensor.grad_fn is not None:
+                batch.owner_fn.setdefault((tensor.grad_fn, tensor.output_nr), reg.rid)
+            else:
+                batch.owner_leaf.setdefault(id(tensor), reg.rid)
+        return reg
+
+    # ----- connections --------------------------------------------------------------------
+
+    def _resolve_source(self, src, what: str) -> _Registration:
+        batch = self._batch
+        if isinstance(src, str):
+            candidates = [r for (name, _), r in batch.by_name.items() if name == src]
+            if not candidates:
+                raise RegistrationError(
+                    f"{what}: no tensor named {src!r} is registered in this batch; register it "
+                    "before connecting it"
+                )
+            return max(candidates, key=lambda r: r.iteration)
+        if isinstance(src, torch.Tensor):
+            reg = batch.by_tensor.get(id(src))
+            if reg is None or reg.tensor is not src:
+                raise RegistrationError(
+                    f"{what}: the source tensor (shape {tuple(src.shape)}) is not registered; "
+                    "register it first or pass its name"
+                )
+            return reg
+        raise RegistrationError(f"{what}: expected a tensor or a tensor name, got {type(src).__name__}")
+
+    def add_tensor_connection(self, src, sink) -> None:
+        """Add a graph edge from ``src`` to ``sink`` where autograd has none."""
+        if not self._recording:
+            return
+        what = "add_tensor_connection"
+        source = self._resolve_source(src, what)
+        batch = self._batch
+        if isinstance(sink, str):
+            target = self._resolve_source(sink, what)
+            batch.conn_reg.setdefault(target.rid, set()).add(source.rid)
+            return
+        if not isinstance(sink, torch.Tensor):
+            raise RegistrationError(f"{what}: sink must be a tensor or a registered tensor's name")
+        target = batch.by_tensor.get(id(sink))
+        if target is not None and target.tensor is sink:
+            batch.conn_reg.setdefault(target.rid, set()).add(source.rid)
+        elif sink.grad_fn is not None:
+            batch.conn_fn.setdefault(sink.grad_fn, set()).add(source.rid)
+            batch.keep_alive.append(sink)
+        else:
+            if not sink.requires_grad and (sink.is_floating_point() or sink.is_complex()):
+                sink.requires_grad_(True)
+            batch.conn_leaf.setdefault(id(sink), set()).add(source.rid)
+            batch.keep_alive.append(sink)
+
+    def detach_while_keeping_connection(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor.detach()``, but still connected to ``tensor`` in the dependency graph."""
+        res = tensor.detach()
+        if self._recording:
+            self.add_tensor_connection(tensor, res)
+        return res
+
+    # ----- gradients and the end of an iteration / batch ---------------------------------
+
+    def record_current_gradients(
+        self, name_of_loss_group: str, set_gradients_to_zero_if_not_a_parameter: bool = False
+    ) -> None:
+        """Store the current ``.grad`` of every registered tensor under this loss group."""
+        if not self._recording:
+            return
+        if not self._decided:
+            raise RecordingDecisionError(
+                "record_current_gradients() was called in a batch started with "
+                "type_of_execution=None before decide_recording_of_batch(); decide first"
+            )
+        name = str(name_of_loss_group)
+        if not name or ":" in name:
+            raise ConfigurationError(
+                f"name_of_loss_group {name!r} must be non-empty and contain no ':'"
+            )
+        batch = self._batch
+        if name in batch.gradient_groups:
+            raise RegistrationError(
+                f"gradients of loss group {name!r} were recorded already in step "
+                f"{self.training_step}; use a different name for each call in one batch"
+            )
+        batch.gradient_groups.add(name)
+        rtype = f"gradient:{name}"
+        for reg in batch.regs:
+            if reg.alias_of is not None:
+                continue
+            grad = reg.tensor.grad
+            if grad is None:
+                continue
+            batch.captures.append(_Capture(reg, rtype, grad.detach().clone()))
+            if set_gradients_to_zero_if_not_a_parameter and reg.kind != "parameter":
+                reg.tensor.grad = None
+
+    def finish_iteration(self) -> None:
+        """End the current iteration; its dependency graph is extracted now."""
+        if not self.comgra_is_active:
+            return
+        if self._stage != "iteration":
+            raise CallOrderError(
+                f"finish_iteration() without a matching start_iteration() (stage {self._stage!r})"
+            )
+        self._stage = "batch"
+        if self._recording:
+            self._batch.graphs[self.iteration] = self._extract_graph(self.iteration)
+
+    def decide_recording_of_batch(self, type_of_execution: str | None, category_per_sample=None) -> None:
+        """For a batch started with type_of_execution=None: record it, and which samples."""
+        if not self.comgra_is_active:
+            return
+        if self._stage == "idle":
+            raise CallOrderError("decide_recording_of_batch() must be called inside a batch")
+        if self.type_of_execution is not None:
+            raise RecordingDecisionError(
+                "decide_recording_of_batch() is only for batches started with "
+                f"type_of_execution=None; this one has {self.type_of_execution!r}"
+            )
+        if not self._recording:
+            return
+        if self._decided:
+            raise RecordingDecisionError("decide_recording_of_batch() was called twice in one batch")
+        if type_of_execution is None:
+            self._recording = False
+            self._batch = None
+            return
+        self._check_type_of_execution(type_of_execution)
+        self.type_of_execution = type_of_execution
+        self._decided = True
+        if not self.decision_maker.is_record_on_this_step(self.training_step, type_of_execution):
+            self._recording = False
+            self._batch = None
+            return
+        if category_per_sample is not None:
+            cats = [str(c) for c in (category_per_sample.tolist() if hasattr(
+                category_per_sample, "tolist") else category_per_sample)]
+            if len(cats) != self._batch_size:
+                raise RecordingDecisionError(
+                    f"category_per_sample has {len(cats)} entries but the batch has "
+                    f"{self._batch_size} samples"
+                )
+            k = len(self._sample_indices)
+            self._sample_indices, self._sample_categories = _round_robin(cats, k)
+        for args in self._batch.pending_kpis:
+            self._offer_kpi(*args)
+        self._batch.pending_kpis.clear()
+
+    def declare_that_all_different_types_of_execution_have_been_encountered(self) -> None:
+        """Lets dynamic recording skip steps where no known type could record."""
+        if self.comgra_is_active:
+            self._all_types_known = True
+
+    def finish_batch(self) -> None:
+        """End the training step: records parameter updates and writes everything."""
+        if not self.comgra_is_active:
+            return
+        if self._stage == "iteration":
+            raise CallOrderError("finish_batch() called before finish_iteration()")
+        if self._stage != "batch":
+            raise CallOrderError("finish_batch() without start_batch()")
+        self._stage = "idle"
+        if self._recording and not self._decided:
+            raise RecordingDecisionError(
+                f"step {self.training_step} was started with type_of_execution=None but "
+                "decide_recording_of_batch() was never called; call it before finish_batch()"
+            )
+        if self._recording:
+            try:
+                self._write_batch()
+            finally:
+                self._batch = None
+                self._recording = False
+            self._recorded_steps += 1
+            self._known_types.add(self.type_of_execution)
+            self.decision_maker.mark_recorded(self.training_step, self.type_of_execution)
+        self._recording = False
+        if self._kpi_rows and time.monotonic() - self._kpi_last_submit > 1.0:
+            self._submit_kpis()
+
+    def finalize(self) -> None:
+        """Write everything still buffered, compact the trial and mark it finished."""
+        if not self.comgra_is_active or self._finalized:
+            return
+        self._finalized = True
+        self._submit_kpis()
+        self._writer.close()
+        compact_trial(self.trial_path)
+        self._write_trial_json("finished")
+
+    # ----- KPIs ---------------------------------------------------------------------------
+
+    def record_kpi_in_graph(self, kpi_group, kpi_name, val, timepoint=None,
+                            record_even_if_recording_is_inactive=False) -> None:
+        """A point of a KPI curve (Graphs page), stored densely early and sparser later."""
+        if not self.comgra_is_active:
+            return
+        if not self._recording and not record_even_if_recording_is_inactive:
+            return
+        if isinstance(val, torch.Tensor):
+            if val.numel() != 1:
+                raise ConfigurationError(
+                    f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): the value must be a "
+                    f"number or a one-element tensor, got shape {tuple(val.shape)}"
+                )
+            val = val.item()
+        try:
+            val = float(val)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is not a number"
+            ) from None
+        if timepoint is None:
+            if self.training_step is None:
+                raise CallOrderError(
+                    "record_kpi_in_graph() without a timepoint needs a training step: call "
+                    "start_batch() first or pass timepoint="
+                )
+            timepoint = self.training_step
+        args = (str(kpi_group), str(kpi_name), int(timepoint), val)
+        if self._recording and not self._decided:
+            self._batch.pending_kpis.append(args)
+        else:
+            self._offer_kpi(*args)
+
+    def _offer_kpi(self, group, name, timepoint, val) -> None:
+        toe = self.type_of_execution or "main_execution_type"
+        key = (group, toe, name)
+        thinner = self._kpi_thinners.get(key)
+        if thinner is None:
+            thinner = self._kpi_thinners[key] = KpiThinner()
+        if thinner.offer(timepoint, val, name=f"{group}/{name}"):
+            self._kpi_rows.append((group, name, toe, timepoint, val, time.time()))
+
+    def _submit_kpis(self) -> None:
+        if not self._kpi_rows:
+            return
+        rows, self._kpi_rows = self._kpi_rows, []
+        self._kpi_last_submit = time.monotonic()
+        trial_id = self.trial_id
+
+        def job():
+            g, n, t, tp, v, w = zip(*rows)
+            table = pa.table(
+                {"trial_id": [trial_id] * len(rows), "kpi_group": list(g), "kpi_name": list(n),
+                 "type_of_execution": list(t), "timepoint": list(tp), "value": list(v),
+                 "wall_time": list(w)}
+            ).cast(KPIS_SCHEMA)
+            return {"kpis": table}
+
+        self._writer.submit(job)
+
+    # ----- graph extraction ---------------------------------------------------------------
+
+    def _make_walker(self, batch: _Batch) -> DependencyWalker:
+        def owner_of(fn, nr=0):
+            variable = getattr(fn, "variable", None)
+            if variable is not None:
+                return batch.owner_leaf.get(id(variable))
+            return batch.owner_fn.get((fn, nr))
+
+        def connections_into(fn):
+            found = batch.conn_fn.get(fn, ())
+            variable = getattr(fn, "variable", None)
+            if variable is not None:
+                found = set(found) | batch.conn_leaf.get(id(variable), set())
+            return found
+
+        def describe_leaf(fn):
+            variable = getattr(fn, "variable", None)
+            if variable is None:
+                return None
+            return (
+                f"step {self.training_step}, iteration {self.iteration}: a tensor of shape "
+                f"{tuple(variable.shape)} ({variable.dtype}) that requires a gradient is used "
+                "by registered tensors but is not registered itself. If it is a parameter, "
+                "call track_module() on its module; otherwise call register_tensor() on it "
+                "right after creating it (or detach it)."
+            )
+
+        return DependencyWalker(owner_of, connections_into, describe_leaf)
+
+    def _extract_graph(self, iteration: int) -> str:
+        batch = self._batch
+        regs = batch.regs
+        current = [r for r in regs if r.iteration == iteration]
+        nodes: dict[str, dict] = {}
+        edges: set[tuple[str, str, str, str]] = set()
+
+        def node_id(r: _Registration) -> str:
+            if r.iteration == iteration or r.kind == "parameter":
+                return r.node
+            return f"{r.node}@{'initial' if r.iteration < 0 else r.iteration}"
+
+        def add_node(r: _Registration) -> str:
+            nid = node_id(r)
+            entry = nodes.get(nid)
+            if entry is None:
+                if r.kind == "parameter":
+                    where = "step"
+                elif r.iteration == iteration:
+                    where = 0
+                elif r.iteration < 0:
+                    where = "step"
+                else:
+                    where = r.iteration - iteration
+                entry = nodes[nid] = {
+                    "id": nid, "node": r.node, "kind": r.kind, "iteration": where,
+                    "is_import": nid != r.node, "roles": {}, "module_group": None,
+                }
+            shape = list(r.tensor.shape)
+            if r.batch_dim is not None:
+                shape[r.batch_dim] = -1
+            role = {"tensor_name": r.tensor_name, "shape": shape}
+            if r.alias_of is not None:
+                src = regs[r.alias_of]
+                role["alias_of"] = [src.node, src.role, _rel_iteration(src, iteration)]
+            entry["roles"][r.role] = role
+            if r.kind == "parameter":
+                entry["module_group"] = self._params[r.param_index].module_group
+            return nid
+
+        walker = batch.walker
+        for r in current:
+            target = add_node(r)
+            if r.alias_of is not None:
+                deps = {r.alias_of}
+            else:
+                fn = r.tensor.grad_fn
+                deps = set(walker.dependencies_of_node(fn)) if fn is not None else set()
+                if fn is None:
+                    deps |= batch.conn_leaf.get(id(r.tensor), set())
+            deps |= batch.conn_reg.get(r.rid, set())
+            deps.discard(r.rid)
+            for d in deps:
+                src = regs[d]
+                source = add_node(src)
+                edges.add((source, target, src.role, r.role))
+        if self.prefixes_nodes:
+            # Merged parameter nodes show all their roles, not only those used here.
+            for r in regs:
+                if r.kind == "parameter" and r.node in nodes:
+                    add_node(r)
+        cycle = find_cycle(nodes, [(a, b) for a, b, _, _ in edges])
+        if cycle:
+            raise GraphError(
+                f"step {self.training_step}, iteration {iteration}: the dependency graph has a "
+                f"cycle {' -> '.join(cycle)}; it comes from add_tensor_connection() calls that "
+                "point backwards. Remove the connection that closes the loop."
+            )
+        structure = {
+            "nodes": sorted(nodes.values(), key=lambda n: n["id"]),
+            "edges": sorted([list(e) for e in edges]),
+        }
+        digest = canonical_hash(structure)
+        if digest not in self._seen_graphs:
+            path = self.trial_path / "graphs" / f"{digest}.json"
+            if not path.exists():
+                write_json(path, structure)
+            self._seen_graphs.add(digest)
+        return digest
+
+    # ----- computing and writing a recorded batch -------------------------------------------
+
+    def _write_batch(self) -> None:
+        batch = self._batch
+        step = self.training_step
+        toe = self.type_of_execution
+        for reg in batch.regs:
+            if reg.alias_of is not None:
+                continue
+            if reg.kind == "parameter":
+                snapshot = batch.snapshots[reg.param_index]
+                batch.captures.append(_Capture(reg, _FORWARD, snapshot))
+                batch.captures.append(_Capture(reg, _UPDATE, reg.tensor.detach() - snapshot))
+            else:
+                batch.captures.append(_Capture(reg, _FORWARD, reg.tensor.detach()))
+        with torch.no_grad():
+            host, layout = self._compute_statistics(batch.captures)
+        svd_inputs = {}
+        if self.calculate_svd:
+            svd_inputs = {
+                reg.param_index: batch.snapshots[reg.param_index]
+                for reg in batch.regs
+                if reg.kind == "parameter" and reg.tensor.dim() == 2
+            }
+        svd_inputs = {i: t.cpu() for i, t in svd_inputs.items()}
+        trial_id = self.trial_id
+        samples = list(self._sample_indices)
+        categories = list(self._sample_categories)
+        graphs = dict(batch.graphs)
+        wall = time.time()
+        batch_size = self._batch_size
+
+        def job():
+            svd = {}
+            for i, t in svd_inputs.items():
+                try:
+                    svd[i] = float(np.linalg.svd(t.float().numpy(), compute_uv=False)[0])
+                except np.linalg.LinAlgError:
+                    svd[i] = float("nan")
+            tensors = _host_to_table(trial_id, step, toe, samples, host, layout, svd)
+            n = len(graphs)
+            iterations = sorted(graphs)
+            steps = pa.table(
+                {
+                    "trial_id": [trial_id] * n,
+                    "training_step": [step] * n,
+                    "type_of_execution": [toe] * n,
+                    "iteration": iterations,
+                    "graph_hash": [graphs[i] for i in iterations],
+                    "batch_size": [batch_size] * n,
+                    "sample_indices": [samples] * n,
+                    "sample_categories": [categories] * n,
+                    "wall_time": [wall] * n,
+                }
+            ).cast(STEPS_SCHEMA)
+            return {"tensors": tensors, "steps": steps}
+
+        self._writer.submit(job)
+        if self._kpi_rows:
+            self._submit_kpis()
+
+    def _compute_statistics(self, captures: list[_Capture]):
+        """All statistics of a batch with batched ops; one transfer to the host."""
+        batch_caps = [c for c in captures if c.reg.batch_dim is not None]
+        flat_caps = [c for c in captures if c.reg.batch_dim is None]
+        device = captures[0].tensor.device if captures else torch.device("cpu")
+        parts: list[torch.Tensor] = []
+        batch_meta: list[CaptureMeta] = []
+        flat_meta: list[CaptureMeta] = []
+        k = len(self._sample_indices)
+        shapes = {}
+        if batch_caps:
+            mats, sizes, value_offset = [], [], 0
+            for seg, c in enumerate(batch_caps):
+                t = c.tensor
+                if c.reg.batch_dim != 0:
+                    t = t.movedim(c.reg.batch_dim, 0)
+                m = t.reshape(t.shape[0], -1)
+                if m.dtype != torch.float32:
+                    m = m.float() if not m.is_complex() else m.abs().float()
+                mats.append(m)
+                n = m.shape[1]
+                sizes.append(n)
+                value_shape = tuple(int(s) for s in t.shape[1:])
+                batch_meta.append(CaptureMeta(
+                    c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
+                    c.recording_type, value_shape, c.reg.per_sample, c.reg.with_values, seg,
+                    value_offset, n, c.reg.param_index))
+                value_offset += n
+            x = torch.cat(mats, dim=1) if len(mats) > 1 else mats[0]
+            seg_ids = segment_ids(sizes, x.device)
+            per_sample = segment_statistics(x, seg_ids, sizes)  # [B, S, 9]
+            idx = torch.tensor(self._sample_indices, dtype=torch.long, device=x.device)
+            agg_stats = batch_aggregates(per_sample)  # [3, S, 9]
+            sample_stats = per_sample.index_select(0, idx)
+            agg_vals = batch_aggregates(x)  # [3, N]
+            sample_vals = x.index_select(0, idx)
+            parts += [agg_stats, sample_stats, agg_vals, sample_vals]
+            shapes["batch"] = (len(sizes), value_offset)
+        if flat_caps:
+            vecs, sizes, value_vecs, value_offset = [], [], [], 0
+            for seg, c in enumerate(flat_caps):
+                v = c.tensor.reshape(-1)
+                if v.dtype != torch.float32:
+                    v = v.float() if not v.is_complex() else v.abs().float()
+                vecs.append(v)
+                n = v.numel()
+                sizes.append(n)
+                off = -1
+                if c.reg.with_values:
+                    value_vecs.append(v)
+                    off = value_offset
+                    value_offset += n
+                flat_meta.append(CaptureMeta(
+                    c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
+                    c.recording_type, tuple(int(s) for s in c.tensor.shape),
+                    False, c.reg.with_values, seg, off, n, c.reg.param_index))
+            x = torch.cat(vecs).unsqueeze(0)
+            seg_ids = segment_ids(sizes, x.device)
+            flat_stats = segment_statistics(x, seg_ids, sizes)[0]  # [S', 9]
+            parts.append(flat_stats)
+            parts.append(torch.cat(value_vecs) if value_vecs else x.new_zeros(0))
+            shapes["flat"] = (len(sizes), value_offset)
+        if not parts:
+            return np.zeros(0, np.float32), None
+        flat = torch.cat([p.reshape(-1) for p in parts]).to("cpu").numpy()
+        layout = (shapes, k, batch_meta, flat_meta)
+        return flat, layout
+
+
+def _rel_iteration(reg: _Registration, iteration: int):
+    if reg.kind == "parameter" or reg.iteration < 0:
+        return "step"
+    return reg.iteration - iteration
+
+
+def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:
+    """Pick up to ``k`` sample indices, cycling over the categories in order of appearance."""
+    queues: dict[str, list[int]] = {}
+    for i, c in enumerate(categories):
+        queues.setdefault(c, []).append(i)
+    picked: list[int] = []
+    pos = dict.fromkeys(queues, 0)
+    while len(picked) < k and any(pos[c] < len(q) for c, q in queues.items()):
+        for c, q in queues.items():
+            if pos[c] < len(q) and len(picked) < k:
+                picked.append(q[pos[c]])
+                pos[c] += 1
+    order = sorted(picked)
+    return order, [categories[i] for i in order]
+
+
+def _host_to_table(trial_id, step, toe, samples, host, layout, svd):
+    if layout is None:
+        return None
+    shapes, k, batch_meta, flat_meta = layout
+    pos = 0
+
+    def take(n, shape):
+        nonlocal pos
+        out = host[pos:pos + n].reshape(shape)
+        pos += n
+        return out
+
+    empty_stats = np.zeros((3, 0, NUM_STATS), np.float32)
+    agg_stats, sample_stats = empty_stats, np.zeros((k, 0, NUM_STATS), np.float32)
+    agg_vals, sample_vals = np.zeros((3, 0), np.float32), np.zeros((k, 0), np.float32)
+    if "batch" in shapes:
+        s, n = shapes["batch"]
+        agg_stats = take(3 * s * NUM_STATS, (3, s, NUM_STATS))
+        sample_stats = take(k * s * NUM_STATS, (k, s, NUM_STATS))
+        agg_vals = take(3 * n, (3, n))
+        sample_vals = take(k * n, (k, n))
+    flat_stats, flat_vals = np.zeros((0, NUM_STATS), np.float32), np.zeros(0, np.float32)
+    if "flat" in shapes:
+        s, n = shapes["flat"]
+        flat_stats = take(s * NUM_STATS, (s, NUM_STATS))
+        flat_vals = take(n, (n,))
+    # Update ratio: norm of the update over the norm of the weight before it.
+    norm_col = 6
+    forward_norm = {m.param_index: flat_stats[m.segment, norm_col] for m in flat_meta
+                    if m.recording_type == _FORWARD and m.param_index >= 0}
+    ratio = {}
+    for m in flat_meta:
+        if m.recording_type == _UPDATE:
+            w = forward_norm.get(m.param_index)
+            u = flat_stats[m.segment, norm_col]
+            ratio[m.param_index] = float(u / w) if w else float("nan")
+    return build_tensor_table(
+        trial_id=trial_id, training_step=step, type_of_execution=toe, sample_indices=samples,
+        batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
+        batch_agg_values=agg_vals, batch_sample_values=sample_vals, flat_meta=flat_meta,
+        flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
+    )

@@ -1,0 +1,99 @@
+"""Compaction: merge the closed shards of a trial into one sorted file per kind.
+
+Reading costs about 1-2 ms per file regardless of its size, so a finished trial with
+thousands of shards is merged into one file per kind. The merged file is written
+first (atomically) and the sources are deleted afterwards, so a crash at any point
+leaves a trial that reads the same data: readers ignore sources a ``compact`` file
+covers (see :func:`comgra_like.store.files.live_shards`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from ..errors import StorageError
+from .files import atomic_write_parquet, live_shards, shard_range
+from .schema import SCHEMAS, TABLES, compact_name
+from .writer import TENSOR_ROW_GROUP, sort_table, unify
+
+log = logging.getLogger("comgra_like")
+
+
+def compact_trial(trial_dir: str | os.PathLike) -> dict[str, int]:
+    """Merge the shards of one trial; returns how many files were merged per kind.
+
+    Only call it on a trial no process is writing to (the recorder calls it in
+    ``finalize``). Unreadable shards are left in place and reported in the log.
+    """
+    trial_dir = Path(trial_dir)
+    if not (trial_dir / "trial.json").is_file():
+        raise StorageError(f"{trial_dir} is not a trial folder (no trial.json in it)")
+    merged = {}
+    for kind in TABLES:
+        folder = trial_dir / kind
+        if not folder.is_dir():
+            continue
+        names = live_shards([p.name for p in folder.iterdir()])
+        if len(names) <= 1:
+            merged[kind] = 0
+            continue
+        tables, used = [], []
+        for name in names:
+            try:
+                tables.append(pq.read_table(folder / name, schema=SCHEMAS[kind]))
+                used.append(name)
+            except Exception as e:  # noqa: BLE001 - a damaged shard must not stop the rest
+                log.warning("compaction skips unreadable shard %s: %s", folder / name, e)
+        if len(used) <= 1:
+            merged[kind] = 0
+            continue
+        ranges = [shard_range(n) for n in used]
+        first, last = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        # Skipped unreadable shards inside [first, last] would be hidden by the compact
+        # file; keep the range to the readable prefix/suffix by only merging a
+        # contiguous run when some shard was unreadable.
+        if len(used) != len(names):
+            first, last, used, tables = _contiguous_readable(names, used, tables)
+            if len(used) <= 1:
+                merged[kind] = 0
+                continue
+        table = sort_table(kind, unify(kind, tables))
+        atomic_write_parquet(
+            folder / compact_name(first, last),
+            table,
+            row_group_size=TENSOR_ROW_GROUP if kind == "tensors" else None,
+        )
+        for name in used:
+            try:
+                os.unlink(folder / name)
+            except FileNotFoundError:
+                pass
+        merged[kind] = len(used)
+    return merged
+
+
+def _contiguous_readable(names, used, tables):
+    """The longest run of readable shards with no unreadable shard between them."""
+    usable = set(used)
+    best: list[int] = []
+    run: list[int] = []
+    for i, name in enumerate(names):
+        if name in usable:
+            run.append(i)
+            if len(run) > len(best):
+                best = list(run)
+        else:
+            run = []
+    by_name = dict(zip(used, tables))
+    chosen = [names[i] for i in best]
+    ranges = [shard_range(n) for n in chosen]
+    return (
+        min(r[0] for r in ranges),
+        max(r[1] for r in ranges),
+        chosen,
+        [by_name[n] for n in chosen],
+    )

@@ -1,0 +1,87 @@
+"""Small file helpers shared by the writer, compaction and the reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .schema import COMPACT_RE, MAX_ROWS_PER_ROW_GROUP, PART_RE
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old state or the whole file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
+    """Write a parquet file under a hidden temporary name, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            row_group_size=row_group_size or MAX_ROWS_PER_ROW_GROUP,
+            write_statistics=True,
+        )
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def _remove_quietly(path: str | Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def shard_range(name: str) -> tuple[int, int] | None:
+    """The sequence numbers a shard file holds, or None for a name that is no shard."""
+    m = PART_RE.match(name)
+    if m:
+        n = int(m.group(1))
+        return n, n
+    m = COMPACT_RE.match(name)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def live_shards(names: list[str]) -> list[str]:
+    """The shard names a reader should use: those no compacted file supersedes.
+
+    A compaction writes ``compact-<a>-<b>`` before it deletes the sources, so a reader
+    that lists the folder in between sees both; the sources are then ignored.
+    """
+    ranges = {n: r for n in names if (r := shard_range(n)) is not None}
+    compacts = [r for n, r in ranges.items() if n.startswith("compact-")]
+    keep = []
+    for name, (a, b) in ranges.items():
+        covered = any(c <= a and b <= d and (c, d) != (a, b) for c, d in compacts)
+        if name.startswith("part-") and any(c <= a <= d for c, d in compacts):
+            covered = True
+        if not covered:
+            keep.append(name)
+    return sorted(keep, key=lambda n: ranges[n])
