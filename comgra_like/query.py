@@ -1,0 +1,695 @@
+"""The query API: the only way anything reads recordings (see docs/QUERY_API.md).
+
+``open_group(path)`` returns a :class:`Group` that keeps a small per-trial index in
+memory (steps, KPIs, notes, graphs, which tensor shard holds which steps) and extends
+it with only the new files on each :meth:`Group.refresh` (files are append-only and
+never modified, so "new" means "a name not seen before"). Values are read on demand
+and kept in an LRU cache whose size the caller sets. Needs numpy, pandas and pyarrow;
+never torch or dash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import NotFoundError, StorageError
+from .store.files import live_shards, shard_range
+from .store.schema import ALL_STATISTICS, SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
+
+log = logging.getLogger("comgra_like")
+
+KEY_COLUMNS = ["training_step", "type_of_execution", "iteration", "node", "role", "tensor_name",
+               "kind", "recording_type", "aggregation", "sample_index", "shape"]
+
+
+# ----- value classes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrialChange:
+    new_steps: list[int] = field(default_factory=list)
+    new_graphs: int = 0
+    kpis_changed: bool = False
+    notes_changed: bool = False
+    status_changed: bool = False
+
+
+@dataclass(frozen=True)
+class RefreshReport:
+    version: int
+    new_trials: list[str]
+    changed_trials: dict[str, TrialChange]
+    skipped: list[SkippedFile]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.new_trials or self.changed_trials or self.skipped)
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    trial_id: str
+    status: str
+    created: float
+    schema_version: int
+    settings: dict
+    versions: dict
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    name: str  # unique key in this graph (import nodes: "<node>@<iteration>")
+    node: str  # the node name the data is stored under
+    kind: str
+    roles: tuple[str, ...]
+    tensor_names: dict[str, str]
+    shapes: dict[str, tuple]
+    iteration: int
+    is_import: bool
+    module_group: str | None
+    alias_of: dict[str, tuple] = field(default_factory=dict)  # role -> (node, role, iteration)
+
+
+@dataclass(frozen=True)
+class GraphEdge:
+    source: str
+    target: str
+    source_role: str
+    target_role: str
+
+
+@dataclass(frozen=True)
+class Graph:
+    graph_hash: str
+    iteration: int
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+    def node(self, name: str) -> GraphNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise NotFoundError(f"no node {name!r} in this graph")
+
+
+@dataclass(frozen=True)
+class ParameterInfo:
+    name: str
+    full_name: str
+    shape: tuple
+    numel: int
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    name: str
+    parent: str | None
+    parameters: list[ParameterInfo]
+    num_parameters_total: int
+
+
+@dataclass(frozen=True)
+class Note:
+    index: int
+    text: str
+    wall_time: float
+    training_step: int | None = None
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    trial_id: str
+    training_step: int
+    iteration: int
+    node: str
+    role: str
+    tensor_name: str
+    kind: str
+    recording_type: str
+    aggregation: str
+    sample_index: int
+    shape: tuple
+    stats: dict[str, float]
+    values: np.ndarray | None
+
+
+# ----- the cache -------------------------------------------------------------------------
+
+
+class _LRU:
+    """A byte-bounded LRU cache (thread-safe; Dash may call from several threads)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key, value, size: int) -> None:
+        with self._lock:
+            if key in self._items:
+                self.bytes -= self._items.pop(key)[1]
+            self._items[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, s) = self._items.popitem(last=False)
+                self.bytes -= s
+
+    def drop(self, predicate) -> None:
+        with self._lock:
+            for key in [k for k in self._items if predicate(k)]:
+                self.bytes -= self._items.pop(key)[1]
+
+
+# ----- per-trial index -------------------------------------------------------------------
+
+
+@dataclass
+class _TensorFile:
+    path: Path
+    min_step: int
+    max_step: int
+
+
+class _Trial:
+    def __init__(self, path: Path):
+        self.path = path
+        self.info: TrialInfo | None = None
+        self.info_mtime: float | None = None
+        self.seen: dict[str, set[str]] = {"steps": set(), "tensors": set(), "kpis": set(),
+                                          "graphs": set()}
+        self.steps_parts: list[pd.DataFrame] = []
+        self.steps: pd.DataFrame = _empty_steps()
+        self.kpi_parts: list[pd.DataFrame] = []
+        self.kpis: pd.DataFrame = _empty_kpis()
+        self.tensor_files: dict[str, _TensorFile] = {}
+        self.graphs: dict[str, dict] = {}
+        self.notes: list[Note] = []
+        self.notes_offset = 0
+        self.modules: list[ModuleInfo] | None = None
+        self.modules_mtime: float | None = None
+        self.lock = threading.RLock()
+
+
+def _empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({
+        "training_step": pd.Series(dtype="int64"), "type_of_execution": pd.Series(dtype="object"),
+        "iteration": pd.Series(dtype="int32"), "graph_hash": pd.Series(dtype="object"),
+        "batch_size": pd.Series(dtype="int32"), "sample_indices": pd.Series(dtype="object"),
+        "sample_categories": pd.Series(dtype="object"), "wall_time": pd.Series(dtype="float64"),
+    })
+
+
+def _empty_kpis() -> pd.DataFrame:
+    return pd.DataFrame({
+        "kpi_group": pd.Series(dtype="object"), "kpi_name": pd.Series(dtype="object"),
+        "type_of_execution": pd.Series(dtype="object"), "timepoint": pd.Series(dtype="int64"),
+        "value": pd.Series(dtype="float64"), "wall_time": pd.Series(dtype="float64"),
+    })
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(pa.string())
+        cols[name] = col
+    return pa.table(cols).to_pandas()
+
+
+class Group:
+    """A group folder of recordings, read incrementally. Create it with :func:`open_group`."""
+
+    def __init__(self, path: str | os.PathLike, cache_bytes: int = 256 * 2**20):
+        self.path = Path(path)
+        self._trials: dict[str, _Trial] = {}
+        self._cache = _LRU(cache_bytes)
+        self.version = 0
+        self.skipped: list[SkippedFile] = []
+        self._lock = threading.RLock()
+
+    @property
+    def cache_bytes_used(self) -> int:
+        return self._cache.bytes
+
+    # ----- refresh -----------------------------------------------------------------------
+
+    def refresh(self) -> RefreshReport:
+        """Read what appeared since the last refresh; cheap when nothing did."""
+        with self._lock:
+            new_trials: list[str] = []
+            changed: dict[str, TrialChange] = {}
+            skipped: list[SkippedFile] = []
+            trials_dir = self.path / "trials"
+            names = []
+            if trials_dir.is_dir():
+                try:
+                    names = sorted(e.name for e in os.scandir(trials_dir) if e.is_dir())
+                except OSError:
+                    names = []
+            for name in names:
+                if name.startswith(".") or not TRIAL_ID_PATTERN.match(name):
+                    continue
+                trial = self._trials.get(name)
+                if trial is None:
+                    trial = _Trial(trials_dir / name)
+                    if not self._refresh_info(trial, skipped):
+                        continue
+                    self._trials[name] = trial
+                    new_trials.append(name)
+                change = self._refresh_trial(trial, skipped)
+                if change is not None and name not in new_trials:
+                    changed[name] = change
+            for name in list(self._trials):
+                if name not in names:  # deleted (e.g. replaced by a new run)
+                    del self._trials[name]
+                    self._cache.drop(lambda k, n=name: k[0] == n)
+                    changed[name] = TrialChange(status_changed=True)
+            self.skipped.extend(skipped)
+            if new_trials or changed or skipped:
+                self.version += 1
+            return RefreshReport(self.version, new_trials, changed, skipped)
+
+    def _refresh_info(self, trial: _Trial, skipped: list[SkippedFile]) -> bool:
+        path = trial.path / "trial.json"
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return trial.info is not None
+        if mtime == trial.info_mtime:
+            return True
+        try:
+            data = json.loads(path.read_text("utf-8"))
+            version = int(data["schema_version"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            if trial.info is None:
+                skipped.append(SkippedFile(str(path), f"unreadable trial.json: {e}"))
+                trial.info_mtime = mtime
+            return trial.info is not None
+        if version > SCHEMA_VERSION:
+            skipped.append(SkippedFile(
+                str(path), f"written with storage format {version}, this version reads up to "
+                f"{SCHEMA_VERSION}: upgrade comgra_like"))
+            trial.info_mtime = mtime
+            return False
+        trial.info = TrialInfo(
+            trial_id=str(data.get("trial_id", trial.path.name)), status=str(data.get("status", "")),
+            created=float(data.get("created", 0.0)), schema_version=version,
+            settings=dict(data.get("settings") or {}), versions=dict(data.get("versions") or {}),
+        )
+        trial.info_mtime = mtime
+        return True
+
+    def _refresh_trial(self, trial: _Trial, skipped: list[SkippedFile]) -> TrialChange | None:
+        with trial.lock:
+            old_status = trial.info.status if trial.info else None
+            self._refresh_info(trial, skipped)
+            status_changed = trial.info is not None and trial.info.status != old_status
+            new_steps = self._refresh_table(trial, "steps", skipped)
+            kpis_changed = bool(self._refresh_table(trial, "kpis", skipped))
+            self._refresh_table(trial, "tensors", skipped)
+            new_graphs = self._refresh_graphs(trial, skipped)
+            notes_changed = self._refresh_notes(trial)
+            steps = sorted({int(s) for s in new_steps}) if new_steps else []
+            if steps or new_graphs or kpis_changed or notes_changed or status_changed:
+                return TrialChange(steps, new_graphs, kpis_changed, notes_changed, status_changed)
+            return None
+
+    def _list_new(self, trial: _Trial, kind: str) -> tuple[list[str], list[str]]:
+        folder = trial.path / kind
+        try:
+            names = [e.name for e in os.scandir(folder) if not e.name.startswith(".")]
+        except OSError:
+            return [], []
+        live = live_shards(names)
+        return live, [n for n in live if n not in trial.seen[kind]]
+
+    def _refresh_table(self, trial: _Trial, kind: str, skipped: list[SkippedFile]):
+        live, new = self._list_new(trial, kind)
+        if kind == "tensors":
+            # A compaction replaced files we indexed: point the index at the new file.
+            for name in list(trial.tensor_files):
+                if name not in live:
+                    del trial.tensor_files[name]
+                    self._cache.drop(lambda k, t=trial.path.name, n=name: k[0] == t and k[1] == n)
+        if not new:
+            return []
+        result = []
+        for name in new:
+            path = trial.path / kind / name
+            trial.seen[kind].add(name)
+            covered_only = self._covers_seen(trial, kind, name)
+            try:
+                if kind == "tensors":
+                    meta = pq.read_metadata(path)
+                    lo, hi = _step_range(meta)
+                    trial.tensor_files[name] = _TensorFile(path, lo, hi)
+                    continue
+                if covered_only:
+                    continue  # a compaction of data already loaded
+                table = pq.read_table(path, schema=SCHEMAS[kind])
+            except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                skipped.append(SkippedFile(str(path), f"unreadable shard: {e}"))
+                trial.tensor_files.pop(name, None)
+                continue
+            frame = _to_pandas(table).drop(columns=["trial_id"])
+            if kind == "steps":
+                trial.steps_parts.append(frame)
+                result.extend(frame["training_step"].unique().tolist())
+            else:
+                trial.kpi_parts.append(frame)
+                result.append(name)
+        if kind == "steps" and result:
+            trial.steps = (pd.concat(trial.steps_parts, ignore_index=True)
+                           .drop_duplicates(subset=["training_step", "iteration"])
+                           .sort_values(["training_step", "iteration"], kind="stable")
+                           .reset_index(drop=True))
+            trial.steps_parts = [trial.steps]
+        if kind == "kpis" and result:
+            trial.kpis = (pd.concat(trial.kpi_parts, ignore_index=True)
+                          .drop_duplicates(subset=["kpi_group", "kpi_name", "type_of_execution",
+                                                   "timepoint"])
+                          .sort_values("timepoint", kind="stable").reset_index(drop=True))
+            trial.kpi_parts = [trial.kpis]
+        return result
+
+    @staticmethod
+    def _covers_seen(trial: _Trial, kind: str, name: str) -> bool:
+        """Whether ``name`` is a compacted file whose sources were all loaded already."""
+        if not name.startswith("compact-"):
+            return False
+        a, b = shard_range(name)
+        seen_ranges = [shard_range(n) for n in trial.seen[kind] if n != name]
+        covered = set()
+        for r in seen_ranges:
+            if r and a <= r[0] and r[1] <= b:
+                covered.update(range(r[0], r[1] + 1))
+        return covered >= set(range(a, b + 1))
+
+    def _refresh_graphs(self, trial: _Trial, skipped: list[SkippedFile]) -> int:
+        folder = trial.path / "graphs"
+        try:
+            names = [e.name for e in os.scandir(folder)
+                     if e.name.endswith(".json") and not e.name.startswith(".")]
+        except OSError:
+            return 0
+        count = 0
+        for name in names:
+            if name in trial.seen["graphs"]:
+                continue
+            trial.seen["graphs"].add(name)
+            try:
+                trial.graphs[name[:-5]] = json.loads((folder / name).read_text("utf-8"))
+                count += 1
+            except (OSError, ValueError) as e:
+                skipped.append(SkippedFile(str(folder / name), f"unreadable graph: {e}"))
+        return count
+
+    def _refresh_notes(self, trial: _Trial) -> bool:
+        path = trial.path / "notes.jsonl"
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        if size <= trial.notes_offset:
+            return False
+        with open(path, "rb") as f:
+            f.seek(trial.notes_offset)
+            data = f.read(size - trial.notes_offset)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return False  # a line still being written
+        trial.notes_offset += end + 1
+        for line in data[: end + 1].splitlines():
+            try:
+                obj = json.loads(line)
+                trial.notes.append(Note(len(trial.notes), str(obj.get("text", "")),
+                                        float(obj.get("wall_time", 0.0)),
+                                        obj.get("training_step")))
+            except ValueError:
+                trial.notes.append(Note(len(trial.notes), line.decode("utf-8", "replace"), 0.0))
+        return True
+
+    # ----- lists -------------------------------------------------------------------------
+
+    def _trial(self, trial_id: str) -> _Trial:
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            self.refresh()
+            trial = self._trials.get(trial_id)
+        if trial is None:
+            known = ", ".join(sorted(self._trials)) or "none"
+            raise NotFoundError(f"no trial {trial_id!r} in {self.path} (trials: {known})")
+        return trial
+
+    def list_trials(self) -> list[TrialInfo]:
+        return [t.info for _, t in sorted(self._trials.items()) if t.info is not None]
+
+    def list_steps(self, trial_id: str) -> pd.DataFrame:
+        return self._trial(trial_id).steps.copy()
+
+    def read_modules(self, trial_id: str) -> list[ModuleInfo]:
+        trial = self._trial(trial_id)
+        path = trial.path / "modules.json"
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return []
+        if trial.modules is None or trial.modules_mtime != mtime:
+            try:
+                data = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError) as e:
+                raise StorageError(f"{path} is unreadable: {e}") from e
+            trial.modules = [
+                ModuleInfo(
+                    name=m["name"], parent=m.get("parent"),
+                    parameters=[ParameterInfo(p["name"], p["full_name"], tuple(p["shape"]),
+                                              int(p["numel"])) for p in m.get("parameters", [])],
+                    num_parameters_total=int(m.get("num_parameters_total", 0)),
+                )
+                for m in data.get("modules", [])
+            ]
+            trial.modules_mtime = mtime
+        return list(trial.modules)
+
+    def read_notes(self, trial_id: str) -> list[Note]:
+        return list(self._trial(trial_id).notes)
+
+    def read_kpis(self, trial_id: str) -> pd.DataFrame:
+        return self._trial(trial_id).kpis.copy()
+
+    def read_graph(self, trial_id: str, training_step: int, iteration: int) -> Graph:
+        trial = self._trial(trial_id)
+        steps = trial.steps
+        row = steps[(steps["training_step"] == training_step) & (steps["iteration"] == iteration)]
+        if row.empty:
+            raise NotFoundError(
+                f"trial {trial_id!r} has no recorded step {training_step} with iteration {iteration}"
+            )
+        digest = row["graph_hash"].iloc[0]
+        structure = trial.graphs.get(digest)
+        if structure is None:
+            self.refresh()
+            structure = trial.graphs.get(digest)
+        if structure is None:
+            raise NotFoundError(f"graph {digest} of trial {trial_id!r} is missing on disk")
+        return _graph_from_structure(digest, int(iteration), structure)
+
+    # ----- values ------------------------------------------------------------------------
+
+    def _files_for_step(self, trial: _Trial, step: int) -> list[_TensorFile]:
+        return [f for f in trial.tensor_files.values() if f.min_step <= step <= f.max_step]
+
+    def _step_table(self, trial_id: str, step: int) -> pa.Table:
+        trial = self._trial(trial_id)
+        key = (trial_id, "step", int(step))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        for attempt in range(2):
+            files = self._files_for_step(trial, step)
+            try:
+                tables = [pq.read_table(f.path, filters=[("training_step", "=", int(step))],
+                                        schema=SCHEMAS["tensors"]) for f in files]
+                break
+            except FileNotFoundError:
+                if attempt:
+                    raise
+                self.refresh()  # compacted in between: the index points at the new file
+        if not tables:
+            raise NotFoundError(f"trial {trial_id!r} has no tensor data for step {step}")
+        table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
+        self._cache.put(key, table, table.nbytes)
+        return table
+
+    def list_tensors(self, trial_id: str, training_step: int) -> pd.DataFrame:
+        """What is recorded at a step (no values): one row per tensor row on disk."""
+        table = self._step_table(trial_id, training_step)
+        frame = _to_pandas(table.select(KEY_COLUMNS))
+        frame["shape"] = frame["shape"].map(lambda s: tuple(int(x) for x in s))
+        return frame
+
+    def read_tensor(self, trial_id: str, training_step: int, iteration: int, node: str,
+                    role: str, recording_type: str, aggregation: str,
+                    sample_index: int = -1) -> TensorRecord:
+        table = self._step_table(trial_id, training_step)
+        mask = pc.and_(
+            pc.and_(pc.equal(table["iteration"], int(iteration)),
+                    pc.equal(table["node"].cast(pa.string()), node)),
+            pc.and_(pc.and_(pc.equal(table["role"].cast(pa.string()), role),
+                            pc.equal(table["recording_type"].cast(pa.string()), recording_type)),
+                    pc.and_(pc.equal(table["aggregation"].cast(pa.string()), aggregation),
+                            pc.equal(table["sample_index"], int(sample_index)))),
+        )
+        rows = table.filter(mask)
+        if rows.num_rows == 0:
+            raise NotFoundError(
+                f"trial {trial_id!r}, step {training_step}, iteration {iteration}: nothing "
+                f"recorded for node {node!r} role {role!r} ({recording_type}, {aggregation}, "
+                f"sample {sample_index})"
+            )
+        row = rows.slice(0, 1).to_pylist()[0]
+        shape = tuple(int(s) for s in (row["shape"] or ()))
+        values = row["values"]
+        arr = None
+        if values is not None:
+            arr = np.asarray(values, dtype=np.float32)
+            if shape and int(np.prod(shape)) == arr.size:
+                arr = arr.reshape(shape)
+        stats = {name: (float(row[name]) if row[name] is not None else float("nan"))
+                 for name in ALL_STATISTICS}
+        return TensorRecord(
+            trial_id=trial_id, training_step=int(training_step), iteration=int(iteration),
+            node=node, role=role, tensor_name=row["tensor_name"], kind=row["kind"],
+            recording_type=recording_type, aggregation=aggregation,
+            sample_index=int(sample_index), shape=shape, stats=stats, values=arr,
+        )
+
+    def _stats_table(self, trial_id: str, path: Path) -> pa.Table:
+        key = (trial_id, path.name, "stats")
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        cols = ["training_step", "type_of_execution", "iteration", "node", "role",
+                "recording_type", "aggregation", "sample_index", *ALL_STATISTICS]
+        table = pq.read_table(path, columns=cols, schema=SCHEMAS["tensors"])
+        self._cache.put(key, table, table.nbytes)
+        return table
+
+    def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
+                    aggregation: str, statistic: str, iteration: int | None = None,
+                    sample_index: int = -1, type_of_execution: str | None = None) -> pd.DataFrame:
+        """One statistic of one tensor over all recorded steps of a trial."""
+        if statistic not in ALL_STATISTICS:
+            raise NotFoundError(f"unknown statistic {statistic!r}; choose one of {ALL_STATISTICS}")
+        trial = self._trial(trial_id)
+        frames = []
+        for f in list(trial.tensor_files.values()):
+            try:
+                table = self._stats_table(trial_id, f.path)
+            except FileNotFoundError:
+                self.refresh()
+                return self.read_series(trial_id, node, role, recording_type, aggregation,
+                                        statistic, iteration, sample_index, type_of_execution)
+            mask = pc.and_(
+                pc.and_(pc.equal(table["node"].cast(pa.string()), node),
+                        pc.equal(table["role"].cast(pa.string()), role)),
+                pc.and_(pc.equal(table["recording_type"].cast(pa.string()), recording_type),
+                        pc.and_(pc.equal(table["aggregation"].cast(pa.string()), aggregation),
+                                pc.equal(table["sample_index"], int(sample_index)))),
+            )
+            if iteration is not None:
+                mask = pc.and_(mask, pc.equal(table["iteration"], int(iteration)))
+            if type_of_execution is not None:
+                mask = pc.and_(mask, pc.equal(table["type_of_execution"].cast(pa.string()),
+                                              type_of_execution))
+            sel = table.filter(mask).select(["training_step", "type_of_execution", "iteration",
+                                             statistic])
+            frames.append(_to_pandas(sel).rename(columns={statistic: "value"}))
+        if not frames:
+            return pd.DataFrame({"training_step": pd.Series(dtype="int64"),
+                                 "type_of_execution": pd.Series(dtype="object"),
+                                 "iteration": pd.Series(dtype="int32"),
+                                 "value": pd.Series(dtype="float64")})
+        out = pd.concat(frames, ignore_index=True)
+        out["value"] = out["value"].astype("float64")
+        return out.sort_values(["training_step", "iteration"], kind="stable").reset_index(drop=True)
+
+
+def _step_range(meta: pq.FileMetaData) -> tuple[int, int]:
+    idx = meta.schema.to_arrow_schema().get_field_index("training_step")
+    lo, hi = None, None
+    for i in range(meta.num_row_groups):
+        st = meta.row_group(i).column(idx).statistics
+        if st is None or not st.has_min_max:
+            return -(2**62), 2**62  # unknown: always consult this file
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+    if lo is None:
+        return 1, 0  # empty file
+    return int(lo), int(hi)
+
+
+def _graph_from_structure(digest: str, iteration: int, structure: dict) -> Graph:
+    nodes = []
+    for n in structure.get("nodes", []):
+        where = n.get("iteration")
+        if where == "step":
+            it = -1
+        else:
+            it = iteration + int(where)
+        roles = n.get("roles", {})
+        nodes.append(GraphNode(
+            name=n["id"], node=n["node"], kind=n["kind"], roles=tuple(sorted(roles)),
+            tensor_names={r: v["tensor_name"] for r, v in roles.items()},
+            shapes={r: tuple(v["shape"]) for r, v in roles.items()},
+            iteration=it, is_import=bool(n.get("is_import")), module_group=n.get("module_group"),
+            alias_of={r: (v["alias_of"][0], v["alias_of"][1],
+                          -1 if v["alias_of"][2] == "step" else iteration + int(v["alias_of"][2]))
+                      for r, v in roles.items() if v.get("alias_of")},
+        ))
+    edges = [GraphEdge(a, b, ra, rb) for a, b, ra, rb in structure.get("edges", [])]
+    return Graph(digest, iteration, nodes, edges)
+
+
+def open_group(path: str | os.PathLike, cache_bytes: int = 256 * 2**20) -> Group:
+    """Open a group folder (``<comgra_root_path>/<group>``) and read what is there."""
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(
+            f"{path} does not exist; pass the folder <comgra_root_path>/<group> that the "
+            "recorder writes to"
+        )
+    if not path.is_dir():
+        raise NotFoundError(f"{path} is not a folder; pass a group folder")
+    group = Group(path, cache_bytes=cache_bytes)
+    group.refresh()
+    return group
