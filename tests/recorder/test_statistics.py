@@ -1,0 +1,108 @@
+"""Every statistic against a numpy reference, on random tensors of several ranks."""
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from comgra_like._stats import STAT_NAMES, batch_aggregates, segment_ids, segment_statistics
+from comgra_like.objects import DecisionMakerForRecordingsHardcoded
+from comgra_like.query import open_group
+from comgra_like.recorder import ComgraRecorder
+
+
+def numpy_stats(v: np.ndarray) -> dict:
+    v = v.astype(np.float64).ravel()
+    return {
+        "mean": v.mean(), "abs_mean": np.abs(v).mean(),
+        "std": v.std(ddof=1) if v.size > 1 else 0.0, "abs_max": np.abs(v).max(),
+        "min": v.min(), "max": v.max(), "norm": np.sqrt((v * v).sum()),
+        "nan_count": np.isnan(v).sum(), "inf_count": np.isinf(v).sum(),
+    }
+
+
+shapes = st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 6), value_shapes=st.lists(shapes, min_size=1, max_size=5),
+       seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-3, 1.0, 1e3]))
+def test_segment_statistics_match_numpy(batch, value_shapes, seed, scale):
+    rng = np.random.default_rng(seed)
+    tensors = [rng.normal(size=(batch, *s)).astype(np.float32) * scale for s in value_shapes]
+    sizes = [int(np.prod(s)) for s in value_shapes]
+    x = torch.cat([torch.from_numpy(t).reshape(batch, -1) for t in tensors], dim=1)
+    got = segment_statistics(x, segment_ids(sizes, x.device), sizes).numpy()
+    assert got.shape == (batch, len(sizes), len(STAT_NAMES))
+    for s, t in enumerate(tensors):
+        for b in range(batch):
+            ref = numpy_stats(t[b])
+            for k, name in enumerate(STAT_NAMES):
+                np.testing.assert_allclose(got[b, s, k], ref[name], rtol=2e-4,
+                                           atol=2e-6 * scale, err_msg=name)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 7), n=st.integers(1, 9), seed=st.integers(0, 2**31 - 1))
+def test_batch_aggregates_match_numpy(batch, n, seed):
+    v = np.random.default_rng(seed).normal(size=(batch, n)).astype(np.float32)
+    got = batch_aggregates(torch.from_numpy(v)).numpy()
+    np.testing.assert_allclose(got[0], v.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], np.abs(v).max(0), rtol=1e-6)
+    ref_std = v.std(0, ddof=1) if batch > 1 else np.zeros(n)
+    np.testing.assert_allclose(got[2], ref_std, rtol=1e-4, atol=1e-6)
+
+
+def test_nan_and_inf_are_counted_and_propagate_like_numpy():
+    v = np.array([[1.0, np.nan, 3.0, np.inf, -np.inf, 2.0]], dtype=np.float32)
+    x = torch.from_numpy(v)
+    got = segment_statistics(x, segment_ids([6], x.device), [6])[0, 0].numpy()
+    stats = dict(zip(STAT_NAMES, got))
+    assert stats["nan_count"] == 1 and stats["inf_count"] == 2
+    for name in ("mean", "abs_max", "min", "max"):
+        assert np.isnan(stats[name]), name
+
+
+@settings(max_examples=15, deadline=None)
+@given(rank_shape=st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple),
+       batch=st.integers(1, 5), batch_dim=st.integers(0, 4), seed=st.integers(0, 2**31 - 1))
+def test_recorded_rows_match_numpy(tmp_path_factory, rank_shape, batch, batch_dim, seed):
+    """End to end: any rank, any batch dimension position, read back through the query API."""
+    batch_dim = batch_dim % (len(rank_shape) + 1)
+    shape = list(rank_shape)
+    shape.insert(batch_dim, batch)
+    rng = np.random.default_rng(seed)
+    data = rng.normal(size=shape).astype(np.float32)
+    root = tmp_path_factory.mktemp("rec")
+    model = torch.nn.Linear(1, 1)
+    rec = ComgraRecorder(root, "g", "t", DecisionMakerForRecordingsHardcoded([0]),
+                         max_num_batch_size_to_record=3)
+    rec.track_module("m", model)
+    rec.start_batch(0, batch)
+    rec.start_iteration()
+    t = torch.from_numpy(data.copy())
+    rec.register_tensor("x", t, index_of_batch_dimension=batch_dim)
+    rec.finish_iteration()
+    rec.finish_batch()
+    rec.finalize()
+    g = open_group(root / "g")
+    per_sample = np.moveaxis(data, batch_dim, 0)
+    for i in range(min(batch, 3)):
+        r = g.read_tensor("t", 0, 0, "x", "x", "forward", "sample", i)
+        assert r.shape == tuple(rank_shape)
+        np.testing.assert_array_equal(r.values, per_sample[i])
+        ref = numpy_stats(per_sample[i])
+        for name in STAT_NAMES:
+            np.testing.assert_allclose(r.stats[name], ref[name], rtol=2e-4, atol=1e-6)
+    stats_per_sample = {n: np.array([numpy_stats(s)[n] for s in per_sample]) for n in STAT_NAMES}
+    mean_row = g.read_tensor("t", 0, 0, "x", "x", "forward", "batch_mean")
+    np.testing.assert_allclose(mean_row.values, per_sample.mean(0), rtol=1e-5, atol=1e-6)
+    absmax_row = g.read_tensor("t", 0, 0, "x", "x", "forward", "batch_abs_max")
+    std_row = g.read_tensor("t", 0, 0, "x", "x", "forward", "batch_std")
+    for name in ("mean", "abs_mean", "std", "abs_max"):
+        ref = stats_per_sample[name]
+        np.testing.assert_allclose(mean_row.stats[name], ref.mean(), rtol=2e-4, atol=1e-6)
+        np.testing.assert_allclose(absmax_row.stats[name], np.abs(ref).max(), rtol=2e-4, atol=1e-6)
+        ref_std = ref.std(ddof=1) if batch > 1 else 0.0
+        np.testing.assert_allclose(std_row.stats[name], ref_std, rtol=1e-3, atol=1e-5)
+    assert g.list_tensors("t", 0).query("node == 'x' and aggregation == 'sample'").shape[0] == min(batch, 3)
