@@ -1,0 +1,665 @@
+"""Plotly figure of a dependency graph, its highlight patches and keyboard navigation.
+
+Pure functions; no Dash callbacks, no file access. The input is a ``Graph`` of the query
+API (docs/QUERY_API.md): any object with ``graph_hash``, ``nodes`` (objects with
+``name, kind, roles, tensor_names, shapes, iteration, is_import, module_group``) and
+``edges`` (objects with ``source, target, source_role, target_role``) works.
+
+Use::
+
+    model = build_graph_model(graph)                  # layout + indexes, once per graph
+    figure = build_graph_figure(model)                # go.Figure for dcc.Graph
+    patch = highlight_patch(model, "hidden", "main")  # dash.Patch for a click
+    name = neighbor_in_direction(model, "hidden", "left")
+
+Figure structure (trace indices are fixed, see the ``*_TRACE`` constants):
+
+0. all edges, ONE line trace (polylines through the layout's dummy points, ``None``
+   between edges);
+1. overlay: edges that only another role of the selected node carries (thin, dotted);
+2. overlay: edges of the selection (thick);
+3. arrowheads: one ``arrow`` marker per edge on its last segment, oriented in screen
+   space by plotly (``angleref="previous"`` from an invisible point just before it);
+4. … one marker+text trace per node kind present, in ``KIND_ORDER`` (import nodes are in
+   their kind's trace with a hollow symbol), ``customdata`` = node name;
+then a ring around the selected node (``GraphFigureModel.selection_trace``), and, when the
+graph has import nodes, a legend-only entry explaining the hollow symbol.
+
+Highlighting only touches ``selectedpoints`` of the node and arrow traces (the dimmed
+style is the trace's static ``unselected`` style), the colour of the edge trace and the
+coordinates of the two overlays and the ring. No per-node colour arrays are sent.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import plotly.graph_objects as go
+from dash import Patch
+
+from .graph_layout import Edge, GraphLayout, Point, compute_layout
+
+__all__ = [
+    "ARROW_TRACE",
+    "EDGE_TRACE",
+    "FIRST_NODE_TRACE",
+    "KIND_COLORS",
+    "KIND_ORDER",
+    "OTHER_ROLE_EDGE_TRACE",
+    "SELECTED_EDGE_TRACE",
+    "GraphFigureModel",
+    "Highlight",
+    "build_graph_figure",
+    "build_graph_model",
+    "compute_highlight",
+    "highlight_patch",
+    "highlight_updates",
+    "neighbor_in_direction",
+    "short_label",
+]
+
+KIND_ORDER = ("input", "calculated", "parameter", "target", "loss")
+# Okabe-Ito palette (distinguishable with colour-vision deficiencies) plus one symbol
+# per kind, so the kind is never told by colour alone.
+KIND_COLORS: Mapping[str, str] = MappingProxyType(
+    {
+        "input": "#0072B2",
+        "calculated": "#009E73",
+        "parameter": "#E69F00",
+        "target": "#CC79A7",
+        "loss": "#D55E00",
+    }
+)
+KIND_SYMBOLS: Mapping[str, str] = MappingProxyType(
+    {
+        "input": "square",
+        "calculated": "circle",
+        "parameter": "diamond",
+        "target": "hexagon",
+        "loss": "star",
+    }
+)
+UNKNOWN_KIND_COLOR = "#7F7F7F"
+
+EDGE_TRACE = 0
+OTHER_ROLE_EDGE_TRACE = 1
+SELECTED_EDGE_TRACE = 2
+ARROW_TRACE = 3
+FIRST_NODE_TRACE = 4
+
+_EDGE_COLOR = "rgba(110, 110, 110, 0.55)"
+_EDGE_COLOR_DIMMED = "rgba(150, 150, 150, 0.18)"
+_HIGHLIGHT_EDGE_COLOR = "rgba(30, 30, 30, 0.9)"
+_DIMMED_OPACITY = 0.18
+_DIMMED_TEXT = "rgba(80, 80, 80, 0.3)"
+_ARROW_AT = 0.72  # arrowhead position along an edge's last segment (clear of the marker)
+_ARROW_FROM = 0.6  # the invisible point that orients it
+_X_PADDING = 0.6  # axis range beyond the outermost nodes, in layers
+_Y_PADDING = 0.8  # in node spacings
+DIRECTIONS = ("left", "right", "up", "down")
+
+
+class GraphNodeLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def roles(self) -> Sequence[str]: ...
+    @property
+    def tensor_names(self) -> Mapping[str, str]: ...
+    @property
+    def shapes(self) -> Mapping[str, Sequence[int]]: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def is_import(self) -> bool: ...
+    @property
+    def module_group(self) -> str | None: ...
+
+
+class GraphEdgeLike(Protocol):
+    @property
+    def source(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def source_role(self) -> str: ...
+    @property
+    def target_role(self) -> str: ...
+
+
+class GraphLike(Protocol):
+    @property
+    def graph_hash(self) -> str: ...
+    @property
+    def nodes(self) -> Sequence[GraphNodeLike]: ...
+    @property
+    def edges(self) -> Sequence[GraphEdgeLike]: ...
+
+
+@dataclass(frozen=True)
+class GraphFigureModel:
+    """Everything the figure, the highlight and the navigation need for one graph.
+
+    Attributes:
+        graph_hash: the graph's content hash (default ``uirevision``).
+        layout: the node positions (:class:`GraphLayout`).
+        nodes: node name → the graph's node object, in graph order.
+        edges: the graph's edges as ``(source, target, source_role, target_role)``.
+        drawn_edges: the distinct ``(source, target)`` pairs in the order of the edge
+            trace and of the arrowheads (several roles can share one drawn edge).
+        node_traces: per node trace (index ``FIRST_NODE_TRACE + i``): its kind and node
+            names in point order.
+        point_of: node name → ``(trace index, point index)``.
+        incoming, outgoing: node name → indices into ``edges``.
+    """
+
+    graph_hash: str
+    layout: GraphLayout
+    nodes: Mapping[str, GraphNodeLike]
+    edges: tuple[tuple[str, str, str, str], ...]
+    drawn_edges: tuple[Edge, ...]
+    node_traces: tuple[tuple[str, tuple[str, ...]], ...]
+    point_of: Mapping[str, tuple[int, int]]
+    incoming: Mapping[str, tuple[int, ...]]
+    outgoing: Mapping[str, tuple[int, ...]]
+
+    @property
+    def selection_trace(self) -> int:
+        """Index of the ring trace that marks the selected node (after the node traces)."""
+        return FIRST_NODE_TRACE + len(self.node_traces)
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphFigureModel(graph_hash={self.graph_hash!r}, nodes={len(self.nodes)}, "
+            f"edges={len(self.edges)}, layers={self.layout.num_layers})"
+        )
+
+
+@dataclass(frozen=True)
+class Highlight:
+    """What a selection lights up (see :func:`compute_highlight`).
+
+    ``thick_edges``: drawn edges on a dependency path through the selected role;
+    ``thin_edges``: drawn edges on such a path that only other roles of the selected
+    node carry.
+    """
+
+    node: str
+    role: str | None
+    upstream: frozenset[str]
+    downstream: frozenset[str]
+    thick_edges: frozenset[Edge]
+    thin_edges: frozenset[Edge]
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        """The selected node, everything it depends on and everything depending on it."""
+        return self.upstream | self.downstream | {self.node}
+
+
+def build_graph_model(graph: GraphLike) -> GraphFigureModel:
+    """Lay out ``graph`` and index it; the result feeds every other function here."""
+    nodes: dict[str, GraphNodeLike] = {}
+    for node in graph.nodes:
+        nodes.setdefault(node.name, node)
+    edges = tuple(
+        (e.source, e.target, e.source_role, e.target_role)
+        for e in graph.edges
+        if e.source in nodes and e.target in nodes
+    )
+    layout = compute_layout(
+        list(nodes),
+        [(s, t) for s, t, _, _ in edges],
+        column_group={name: node.module_group for name, node in nodes.items()},
+        import_nodes=[name for name, node in nodes.items() if node.is_import],
+    )
+    kinds = [k for k in KIND_ORDER if any(n.kind == k for n in nodes.values())]
+    kinds += sorted({n.kind for n in nodes.values()} - set(KIND_ORDER))
+    # Non-import nodes first: the legend shows the first point's (filled) symbol.
+    imports_last = sorted(nodes.items(), key=lambda item: bool(item[1].is_import))
+    node_traces = tuple(
+        (kind, tuple(name for name, n in imports_last if n.kind == kind)) for kind in kinds
+    )
+    point_of = {
+        name: (FIRST_NODE_TRACE + t, p)
+        for t, (_, names) in enumerate(node_traces)
+        for p, name in enumerate(names)
+    }
+    incoming: dict[str, list[int]] = {name: [] for name in nodes}
+    outgoing: dict[str, list[int]] = {name: [] for name in nodes}
+    for k, (s, t, _, _) in enumerate(edges):
+        outgoing[s].append(k)
+        incoming[t].append(k)
+    return GraphFigureModel(
+        graph_hash=graph.graph_hash,
+        layout=layout,
+        nodes=MappingProxyType(nodes),
+        edges=edges,
+        drawn_edges=tuple(layout.edge_paths),
+        node_traces=node_traces,
+        point_of=MappingProxyType(point_of),
+        incoming=MappingProxyType({k: tuple(v) for k, v in incoming.items()}),
+        outgoing=MappingProxyType({k: tuple(v) for k, v in outgoing.items()}),
+    )
+
+
+def build_graph_figure(
+    model: GraphFigureModel,
+    *,
+    selected_node: str | None = None,
+    selected_role: str | None = None,
+    uirevision: Any = None,
+    width_px: int = 1000,
+    height_px: int = 560,
+) -> go.Figure:
+    """The dependency-graph figure; optionally with a selection already highlighted.
+
+    ``uirevision`` defaults to the graph hash: zoom and pan survive every update of the
+    same graph structure (highlight patches, new steps) and reset for another structure.
+    ``width_px``/``height_px`` are the expected plot size: marker size, label font size,
+    label position and label length are chosen so that labels fit the space a node has
+    at the initial zoom (labels are shortened, the full name is in the hover text).
+    """
+    layout = model.layout
+    font_size, marker_size, max_chars, text_position = _label_style(layout, width_px, height_px)
+
+    edge_x, edge_y = _polylines(model.drawn_edges, layout.edge_paths)
+    arrow_x: list[float] = []
+    arrow_y: list[float] = []
+    for pair in model.drawn_edges:
+        path = layout.edge_paths[pair]
+        (ax, ay), (bx, by) = path[-2], path[-1]
+        arrow_x += [_r(ax + (bx - ax) * _ARROW_FROM), _r(ax + (bx - ax) * _ARROW_AT)]
+        arrow_y += [_r(ay + (by - ay) * _ARROW_FROM), _r(ay + (by - ay) * _ARROW_AT)]
+
+    def lines(name: str, x: list, y: list, line: dict) -> dict:
+        return {"type": "scatter", "name": name, "x": x, "y": y, "mode": "lines",
+                "line": line, "hoverinfo": "skip", "showlegend": False}
+
+    traces: list[dict[str, Any]] = [
+        lines("edges", edge_x, edge_y, {"color": _EDGE_COLOR, "width": 1}),
+        lines("edges (other roles)", [], [],
+              {"color": _HIGHLIGHT_EDGE_COLOR, "width": 1, "dash": "dot"}),
+        lines("edges (selection)", [], [], {"color": _HIGHLIGHT_EDGE_COLOR, "width": 2.6}),
+        {
+            "type": "scatter", "name": "edge directions", "x": arrow_x, "y": arrow_y,
+            "mode": "markers", "hoverinfo": "skip", "showlegend": False,
+            "marker": {
+                "symbol": "arrow", "angleref": "previous", "color": "rgb(90, 90, 90)",
+                "size": [0, max(6, marker_size * 0.6)] * len(model.drawn_edges),
+                "line": {"width": 0},
+            },
+            "unselected": {"marker": {"opacity": _DIMMED_OPACITY}},
+        },
+    ]
+    has_imports = False
+    for kind, names in model.node_traces:
+        nodes = [model.nodes[name] for name in names]
+        color = KIND_COLORS.get(kind, UNKNOWN_KIND_COLOR)
+        symbol = KIND_SYMBOLS.get(kind, "circle")
+        imports = [n.is_import for n in nodes]
+        has_imports |= any(imports)
+        traces.append(
+            {
+                "type": "scatter", "name": kind, "legendgroup": kind,
+                "mode": "markers+text",
+                "x": [layout.positions[name][0] for name in names],
+                "y": [layout.positions[name][1] for name in names],
+                "customdata": list(names),
+                "text": [short_label(name, max_chars) for name in names],
+                "textposition": text_position,
+                "textfont": {"size": font_size, "color": "rgb(40, 40, 40)"},
+                "hovertext": [_hover_text(n) for n in nodes],
+                "hoverinfo": "text",
+                "marker": {
+                    "color": color,
+                    "size": marker_size,
+                    "symbol": [symbol + "-open" if i else symbol for i in imports],
+                    "line": {
+                        "color": [color if i else "white" for i in imports],
+                        "width": [2 if i else 1 for i in imports],
+                    },
+                },
+                "unselected": {
+                    "marker": {"opacity": _DIMMED_OPACITY},
+                    "textfont": {"color": _DIMMED_TEXT},
+                },
+            }
+        )
+    traces.append(
+        {
+            "type": "scatter", "name": "selected", "x": [], "y": [], "mode": "markers",
+            "showlegend": False, "hoverinfo": "skip",
+            "marker": {"symbol": "circle-open", "size": marker_size + 12, "color": "black",
+                       "line": {"width": 3, "color": "black"}},
+        }
+    )
+    if has_imports:  # legend-only entry explaining the hollow symbols
+        traces.append(
+            {
+                "type": "scatter", "name": "import (earlier iteration)", "x": [None],
+                "y": [None], "mode": "markers", "hoverinfo": "skip",
+                "marker": {"symbol": "circle-open", "color": "rgb(90, 90, 90)", "size": 10,
+                           "line": {"width": 2}},
+            }
+        )
+    for trace, path, value in highlight_updates(model, selected_node, selected_role):
+        target = traces[trace]
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        if value is None:
+            target.pop(path[-1], None)  # "no selection" is the default
+        else:
+            target[path[-1]] = value
+
+    xs = [p[0] for p in layout.positions.values()] or [0.0]
+    ys = [p[1] for p in layout.positions.values()] or [0.0]
+    figure_layout = {
+        "uirevision": model.graph_hash if uirevision is None else uirevision,
+        "meta": {"graph_hash": model.graph_hash},
+        "showlegend": True,
+        "legend": {"orientation": "h", "itemsizing": "constant", "x": 0, "y": 1.0,
+                   "yanchor": "bottom"},
+        "margin": {"l": 8, "r": 8, "t": 28, "b": 8},
+        "xaxis": {"visible": False, "range": [min(xs) - _X_PADDING, max(xs) + _X_PADDING]},
+        "yaxis": {"visible": False, "range": [min(ys) - _Y_PADDING, max(ys) + _Y_PADDING]},
+        "plot_bgcolor": "white",
+        "paper_bgcolor": "white",
+        "hovermode": "closest",
+        "hoverlabel": {"align": "left"},
+        "clickmode": "event",
+        "dragmode": "pan",
+        "modebar": {"remove": ["select2d", "lasso2d", "autoScale2d"]},
+    }
+    # Validation of the big per-point arrays costs ~20x the rest of the build (about
+    # 0.25 s at 500 nodes); the test suite validates this structure instead.
+    return go.Figure({"data": traces, "layout": figure_layout}, _validate=False)
+
+
+def compute_highlight(model: GraphFigureModel, node: str, role: str | None = None) -> Highlight:
+    """The transitive upstream/downstream of ``node`` and how to draw their edges.
+
+    ``upstream``/``downstream`` follow every edge of ``node`` (all roles), so every
+    dependency lights up. Edges on a path that starts with an edge of ``node`` carrying
+    ``role`` are thick; edges reached only through another role of ``node`` are thin.
+    ``role=None``, or a role no edge of ``node`` carries, treats all roles as selected.
+
+    Raises:
+        KeyError: ``node`` is not in the graph.
+    """
+    if node not in model.nodes:
+        raise KeyError(f"node {node!r} is not in graph {model.graph_hash!r}")
+    edges = model.edges
+    node_roles = {e[3] for e in (edges[k] for k in model.incoming[node])}
+    node_roles |= {e[2] for e in (edges[k] for k in model.outgoing[node])}
+    if role not in node_roles:
+        role = None
+
+    def walk(start: list[int], upstream: bool) -> tuple[set[str], set[int]]:
+        adjacency = model.incoming if upstream else model.outgoing
+        end = 0 if upstream else 1
+        reached: set[str] = set()
+        used: set[int] = set()
+        queue = deque(start)
+        while queue:
+            k = queue.popleft()
+            if k in used:
+                continue
+            used.add(k)
+            other = edges[k][end]
+            if other != node and other not in reached:
+                reached.add(other)
+                queue.extend(adjacency[other])
+        return reached, used
+
+    ins, outs = list(model.incoming[node]), list(model.outgoing[node])
+    upstream, up_edges = walk(ins, upstream=True)
+    downstream, down_edges = walk(outs, upstream=False)
+    if role is None:
+        thick_ids = up_edges | down_edges
+    else:
+        _, up_role = walk([k for k in ins if edges[k][3] == role], upstream=True)
+        _, down_role = walk([k for k in outs if edges[k][2] == role], upstream=False)
+        thick_ids = up_role | down_role
+    thick = {edges[k][:2] for k in thick_ids}
+    thin = {edges[k][:2] for k in (up_edges | down_edges) - thick_ids} - thick
+    return Highlight(
+        node=node,
+        role=role,
+        upstream=frozenset(upstream),
+        downstream=frozenset(downstream),
+        thick_edges=frozenset(thick),
+        thin_edges=frozenset(thin),
+    )
+
+
+def highlight_updates(
+    model: GraphFigureModel, node: str | None, role: str | None = None
+) -> tuple[tuple[int, tuple[str, ...], Any], ...]:
+    """``(trace index, property path, value)`` triples that show a selection.
+
+    ``node=None`` or a node not in the graph (a stale selection) clears the highlight.
+    The triples are what :func:`highlight_patch` sends and what
+    :func:`build_graph_figure` applies.
+    """
+    if node is None or node not in model.nodes:
+        updates: list[tuple[int, tuple[str, ...], Any]] = [
+            (EDGE_TRACE, ("line", "color"), _EDGE_COLOR),
+            (OTHER_ROLE_EDGE_TRACE, ("x",), []),
+            (OTHER_ROLE_EDGE_TRACE, ("y",), []),
+            (SELECTED_EDGE_TRACE, ("x",), []),
+            (SELECTED_EDGE_TRACE, ("y",), []),
+            (ARROW_TRACE, ("selectedpoints",), None),
+        ]
+        updates += [
+            (FIRST_NODE_TRACE + t, ("selectedpoints",), None)
+            for t in range(len(model.node_traces))
+        ]
+        updates += [(model.selection_trace, ("x",), []), (model.selection_trace, ("y",), [])]
+        return tuple(updates)
+
+    highlight = compute_highlight(model, node, role)
+    lit = highlight.nodes
+    thick, thin, arrows = [], [], []
+    for k, pair in enumerate(model.drawn_edges):
+        if pair in highlight.thick_edges:
+            thick.append(pair)
+        elif pair in highlight.thin_edges:
+            thin.append(pair)
+        else:
+            continue
+        arrows.append(2 * k + 1)
+    thick_x, thick_y = _polylines(thick, model.layout.edge_paths)
+    thin_x, thin_y = _polylines(thin, model.layout.edge_paths)
+    x, y = model.layout.positions[node]
+    updates = [
+        (EDGE_TRACE, ("line", "color"), _EDGE_COLOR_DIMMED),
+        (OTHER_ROLE_EDGE_TRACE, ("x",), thin_x),
+        (OTHER_ROLE_EDGE_TRACE, ("y",), thin_y),
+        (SELECTED_EDGE_TRACE, ("x",), thick_x),
+        (SELECTED_EDGE_TRACE, ("y",), thick_y),
+        (ARROW_TRACE, ("selectedpoints",), _selection(arrows, len(model.drawn_edges))),
+    ]
+    for t, (_, names) in enumerate(model.node_traces):
+        points = [i for i, n in enumerate(names) if n in lit]
+        updates.append((FIRST_NODE_TRACE + t, ("selectedpoints",), _selection(points, len(names))))
+    updates += [(model.selection_trace, ("x",), [x]), (model.selection_trace, ("y",), [y])]
+    return tuple(updates)
+
+
+def highlight_patch(model: GraphFigureModel, node: str | None, role: str | None = None) -> Patch:
+    """A ``dash.Patch`` for the figure of ``build_graph_figure(model)`` showing a selection.
+
+    Only ``selectedpoints``, the edge trace's colour and the coordinates of the overlay
+    and ring traces change; ``node=None`` clears the highlight.
+    """
+    patch = Patch()
+    for trace, path, value in highlight_updates(model, node, role):
+        target = patch["data"][trace]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return patch
+
+
+def neighbor_in_direction(model: GraphFigureModel, node: str, direction: str) -> str | None:
+    """The node to select when an arrow key is pressed with ``node`` selected.
+
+    ``left``: a dependency (source of an incoming edge), ``right``: a dependent, each the
+    one closest in height, then in distance, then in graph order; ``up``/``down``: the
+    node above/below in the same layer. ``None`` when there is none or ``node`` is not
+    in the graph.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if node not in model.nodes:
+        return None
+    layout = model.layout
+    if direction in ("up", "down"):
+        column = layout.layer_order[layout.layers[node]]
+        i = column.index(node) + (-1 if direction == "up" else 1)
+        return column[i] if 0 <= i < len(column) else None
+    if direction == "left":
+        candidates = [model.edges[k][0] for k in model.incoming[node]]
+    else:
+        candidates = [model.edges[k][1] for k in model.outgoing[node]]
+    candidates = [c for c in dict.fromkeys(candidates) if c != node]
+    if not candidates:
+        return None
+    x, y = layout.positions[node]
+    order = {name: i for i, name in enumerate(model.nodes)}
+    return min(
+        candidates,
+        key=lambda c: (
+            abs(layout.positions[c][1] - y),
+            abs(layout.positions[c][0] - x),
+            order[c],
+        ),
+    )
+
+
+def short_label(name: str, max_chars: int) -> str:
+    """``name`` shortened to at most ``max_chars`` characters for a node label.
+
+    Keeps the trailing components after ``.`` or ``/`` that fit (``…layer2.weight``);
+    if not even the last component fits, cuts out the middle of the last component
+    (``encoder.hidden_state_17`` → ``hid…e_17``). Never shorter than 3 characters.
+    """
+    max_chars = max(3, max_chars)
+    if len(name) <= max_chars:
+        return name
+    cut = max(name.rfind("."), name.rfind("/")) + 1
+    tail = ""
+    for i in range(len(name) - 1, 0, -1):
+        if name[i - 1] in "./" and len(name) - i + 1 <= max_chars:
+            tail = name[i:]
+    if tail:
+        return "…" + tail
+    last = name[cut:] if cut < len(name) else name
+    if len(last) <= max_chars:
+        return last
+    head = (max_chars - 1) // 2
+    return last[:head] + "…" + last[len(last) - (max_chars - 1 - head):]
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _label_style(layout: GraphLayout, width_px: int, height_px: int) -> tuple[int, int, int, str]:
+    """(font size, marker size, label length, text position) for the initial zoom.
+
+    The densest column and the width of a layer decide: with room, labels stand above
+    their marker; in a crowded column they stand beside it in a smaller font, so they do
+    not overlap the next node's label; with many layers the font shrinks so that ~10
+    characters fit a layer's width (never below 7 px: zooming in helps then).
+    """
+    ys = [p[1] for p in layout.positions.values()] or [0.0]
+    px_per_unit = height_px / (max(ys) - min(ys) + 2 * _Y_PADDING)
+    px_per_layer = width_px / (max(layout.num_layers - 1, 0) + 2 * _X_PADDING)
+    marker = int(min(16, max(6, px_per_unit * 0.45)))
+    above = px_per_unit - marker - 2
+    if above >= 8:
+        position, room = "top center", px_per_layer * 0.9
+        font_room = above
+    else:
+        position, room = "middle right", px_per_layer * 0.8 - marker
+        font_room = px_per_unit - 2
+    # as large as the node's height allows, but small enough for ~10 characters to fit
+    # the width of a layer
+    font = int(min(12, max(7, min(font_room, room / (0.6 * 10)))))
+    max_chars = int(min(28, max(6, room / (0.6 * font))))
+    return font, marker, max_chars, position
+
+
+def _selection(points: list[int], size: int) -> list[int] | None:
+    # None (no selection) looks the same as "everything selected" and costs 4 bytes
+    return None if len(points) == size and size else points
+
+
+def _r(value: float) -> float:
+    return round(value, 2)
+
+
+def _polylines(
+    pairs: Sequence[Edge], paths: Mapping[Edge, Sequence[Point]]
+) -> tuple[list[float | None], list[float | None]]:
+    """x and y of all ``pairs``' paths for one line trace, ``None`` between polylines.
+
+    An edge that starts where the previous one ended continues its polyline, which
+    saves a ``None`` and a repeated point per edge (about half of an overlay's payload).
+    """
+    unused: dict[str, deque[Edge]] = {}
+    for pair in pairs:
+        unused.setdefault(pair[0], deque()).append(pair)
+    done: set[Edge] = set()
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for first in pairs:
+        if first in done:
+            continue
+        pair: Edge | None = first
+        skip = 0  # the first point of a continuing edge is the previous edge's last
+        while pair is not None:
+            done.add(pair)
+            for px, py in paths[pair][skip:]:
+                # x is a whole number of layers: "3" instead of "3.0" in every payload
+                xs.append(int(px) if px.is_integer() else px)
+                ys.append(py)
+            skip = 1
+            following = unused.get(pair[1])
+            pair = None
+            while following:
+                candidate = following.popleft()
+                if candidate not in done:
+                    pair = candidate
+                    break
+        xs.append(None)
+        ys.append(None)
+    return xs, ys
+
+
+def _hover_text(node: GraphNodeLike) -> str:
+    lines = [f"<b>{html.escape(node.name)}</b>"]
+    kind = node.kind
+    if node.is_import:
+        kind += f" · imported from iteration {node.iteration}"
+    lines.append(f"kind: {html.escape(kind)}")
+    if node.module_group:
+        lines.append(f"module: {html.escape(node.module_group)}")
+    for role in node.roles:
+        shape = node.shapes.get(role)
+        if shape is None:
+            shape_text = "shape unknown"
+        else:
+            shape_text = "×".join(str(d) for d in shape) if len(shape) else "scalar"
+        tensor = node.tensor_names.get(role, "")
+        detail = f"{tensor} " if tensor and tensor != node.name else ""
+        lines.append(f"role {html.escape(role)}: {html.escape(detail)}[{shape_text}]")
+    return "<br>".join(lines)

@@ -1,0 +1,362 @@
+"""Dependency-graph figure, highlight patch and navigation (comgra_like.app.graph_figure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+import plotly.graph_objects as go
+import pytest
+from comgra_like.app.graph_figure import (
+    ARROW_TRACE,
+    EDGE_TRACE,
+    FIRST_NODE_TRACE,
+    KIND_COLORS,
+    OTHER_ROLE_EDGE_TRACE,
+    SELECTED_EDGE_TRACE,
+    build_graph_figure,
+    build_graph_model,
+    compute_highlight,
+    highlight_patch,
+    highlight_updates,
+    neighbor_in_direction,
+    short_label,
+)
+from dash import Patch
+from plotly.io.json import to_json_plotly
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    kind: str
+    roles: tuple[str, ...] = ("main",)
+    tensor_names: dict = field(default_factory=dict)
+    shapes: dict = field(default_factory=dict)
+    iteration: int = 0
+    is_import: bool = False
+    module_group: str | None = None
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    source_role: str = "main"
+    target_role: str = "main"
+
+
+@dataclass(frozen=True)
+class Graph:
+    graph_hash: str
+    nodes: list
+    edges: list
+
+
+def hand_made_graph() -> Graph:
+    """
+        x ──main──▶ h1 ──main──▶ h2 ──▶ out ──▶ loss ◀── target
+        W ──pre───▶ h1 ──pre───▶ h1_norm         ▲
+     prev ──main──▶ h1                            │
+        z ─────────────────────────▶ side ────────┘
+    """
+    nodes = [
+        Node("x", "input", shapes={"main": (32, 10)}),
+        Node("prev", "calculated", is_import=True, iteration=0),
+        Node("net.lin.weight", "parameter", module_group="net.lin", shapes={"main": (10, 10)}),
+        Node("h1", "calculated", roles=("main", "pre"), tensor_names={"pre": "h1_pre"},
+             shapes={"main": (32, 10), "pre": (32, 10)}, iteration=1),
+        Node("h1_norm", "calculated", shapes={"main": ()}),
+        Node("h2", "calculated"),
+        Node("out", "calculated"),
+        Node("target", "target"),
+        Node("z", "input"),
+        Node("side", "calculated"),
+        Node("loss", "loss", shapes={"main": ()}),
+    ]
+    edges = [
+        Edge("x", "h1"),
+        Edge("net.lin.weight", "h1", target_role="pre"),
+        Edge("prev", "h1"),
+        Edge("h1", "h2"),
+        Edge("h1", "h1_norm", source_role="pre"),
+        Edge("h2", "out"),
+        Edge("out", "loss"),
+        Edge("target", "loss"),
+        Edge("z", "side"),
+        Edge("side", "loss"),
+    ]
+    return Graph("hash-1", nodes, edges)
+
+
+def layered_graph(num_nodes: int) -> Graph:
+    nodes, edges, previous = [Node("in", "input")], [], ["in"]
+    while len(nodes) < num_nodes - 1:
+        layer = []
+        for k in range(10):
+            name = f"block{len(nodes)}.t{k}"
+            nodes.append(Node(name, "calculated"))
+            edges += [Edge(previous[k % len(previous)], name),
+                      Edge(previous[(3 * k + 1) % len(previous)], name)]
+            layer.append(name)
+        previous = layer
+    nodes.append(Node("loss", "loss"))
+    edges += [Edge(name, "loss") for name in previous]
+    return Graph(f"layered-{num_nodes}", nodes, edges)
+
+
+def segments(xs, ys):
+    """The straight pieces of a line trace with None separators."""
+    result, last = set(), None
+    for x, y in zip(xs, ys):
+        point = None if x is None else (float(x), float(y))
+        if point is not None and last is not None:
+            result.add((last, point))
+        last = point
+    return result
+
+
+def path_segments(model, pairs):
+    result = set()
+    for pair in pairs:
+        path = model.layout.edge_paths[pair]
+        result |= {(tuple(map(float, a)), tuple(map(float, b))) for a, b in pairwise(path)}
+    return result
+
+
+def lit_nodes(model, updates):
+    """Node names whose points are not dimmed after ``updates``."""
+    lit = set()
+    for trace, path, value in updates:
+        if path == ("selectedpoints",) and trace >= FIRST_NODE_TRACE:
+            names = model.node_traces[trace - FIRST_NODE_TRACE][1]
+            lit |= set(names) if value is None else {names[i] for i in value}
+    return lit
+
+
+@pytest.fixture
+def model():
+    return build_graph_model(hand_made_graph())
+
+
+# --- figure --------------------------------------------------------------------------
+
+
+def test_figure_has_one_edge_trace_and_one_trace_per_kind(model):
+    figure = build_graph_figure(model)
+    go.Figure(figure.to_dict())  # the unvalidated build is a valid figure
+    data = figure.data
+    line_traces = [t for t in data if t.mode == "lines" and t.x and len(t.x) > 0]
+    assert len(line_traces) == 1 and line_traces[0] is data[EDGE_TRACE]
+    assert not data[OTHER_ROLE_EDGE_TRACE].x and not data[SELECTED_EDGE_TRACE].x
+    node_traces = [t for t in data if t.customdata is not None]
+    assert [t.name for t in node_traces] == ["input", "calculated", "parameter", "target",
+                                             "loss"]
+    for trace in node_traces:
+        assert trace.marker.color == KIND_COLORS[trace.name]
+        assert trace.showlegend is not False
+    names = [name for t in node_traces for name in t.customdata]
+    assert sorted(names) == sorted(n.name for n in hand_made_graph().nodes)
+    for trace in node_traces:
+        for name, x, y in zip(trace.customdata, trace.x, trace.y):
+            assert (x, y) == model.layout.positions[name]
+    assert figure.layout.uirevision == "hash-1"
+    assert build_graph_figure(model, uirevision="keep").layout.uirevision == "keep"
+
+
+def test_edge_trace_draws_every_edge(model):
+    figure = build_graph_figure(model)
+    drawn = segments(figure.data[EDGE_TRACE].x, figure.data[EDGE_TRACE].y)
+    pairs = {(e.source, e.target) for e in hand_made_graph().edges}
+    assert set(model.drawn_edges) == pairs
+    assert path_segments(model, pairs) <= drawn
+    # one arrowhead per drawn edge, on its last segment
+    arrows = figure.data[ARROW_TRACE]
+    assert len(arrows.x) == 2 * len(model.drawn_edges)
+    assert list(arrows.marker.size[1::2]) == [arrows.marker.size[1]] * len(model.drawn_edges)
+    assert set(arrows.marker.size[0::2]) == {0}
+
+
+def test_import_nodes_are_hollow_and_hover_has_details(model):
+    figure = build_graph_figure(model)
+    calculated = next(t for t in figure.data if t.name == "calculated")
+    symbols = dict(zip(calculated.customdata, calculated.marker.symbol))
+    assert symbols["prev"].endswith("-open")
+    assert not symbols["h1"].endswith("-open")
+    assert calculated.marker.symbol[0] == "circle"  # the legend shows a filled symbol
+    hover = dict(zip(calculated.customdata, calculated.hovertext))["h1"]
+    for part in ("h1", "calculated", "main", "pre", "h1_pre", "32×10"):
+        assert part in hover
+    assert "iteration 0" in dict(zip(calculated.customdata, calculated.hovertext))["prev"]
+    assert any(t.name.startswith("import") for t in figure.data)
+
+
+def test_labels_are_shortened_and_text_shrinks_on_big_graphs():
+    small = build_graph_figure(build_graph_model(hand_made_graph()))
+    big_model = build_graph_model(layered_graph(300))
+    big = build_graph_figure(big_model)
+    small_size = next(t for t in small.data if t.name == "input").textfont.size
+    big_trace = next(t for t in big.data if t.name == "calculated")
+    assert big_trace.textfont.size < small_size
+    assert max(len(label) for label in big_trace.text) < max(len(n) for n in
+                                                             big_trace.customdata)
+    hover = dict(zip(big_trace.customdata, big_trace.hovertext))
+    assert all(name in hover[name] for name in big_trace.customdata)
+
+
+def test_short_label():
+    assert short_label("hidden", 10) == "hidden"
+    assert short_label("encoder.layer2.weight", 14) == "…layer2.weight"
+    assert short_label("encoder.layer2.weight", 8) == "…weight"
+    label = short_label("a_very_long_tensor_name", 9)
+    assert len(label) == 9 and label.startswith("a_v") and label.endswith("name")
+
+
+def test_empty_graph_builds():
+    model = build_graph_model(Graph("empty", [], []))
+    figure = build_graph_figure(model)
+    assert len(figure.data) == FIRST_NODE_TRACE + 1
+    assert neighbor_in_direction(model, "x", "left") is None
+    assert highlight_patch(model, None) is not None
+
+
+# --- highlight -----------------------------------------------------------------------
+
+
+def test_highlight_is_the_transitive_upstream_and_downstream(model):
+    highlight = compute_highlight(model, "h2")
+    assert highlight.upstream == {"h1", "x", "net.lin.weight", "prev"}
+    assert highlight.downstream == {"out", "loss"}
+    assert highlight.nodes == {"h2", "h1", "x", "net.lin.weight", "prev", "out", "loss"}
+    assert highlight.thick_edges == {("x", "h1"), ("net.lin.weight", "h1"), ("prev", "h1"),
+                                     ("h1", "h2"), ("h2", "out"), ("out", "loss")}
+    assert highlight.thin_edges == frozenset()
+    # the loss depends on everything except h1_norm
+    assert compute_highlight(model, "loss").upstream == set(model.nodes) - {"loss", "h1_norm"}
+
+
+def test_edges_of_another_role_are_thin(model):
+    highlight = compute_highlight(model, "h1", "pre")
+    assert highlight.upstream == {"x", "net.lin.weight", "prev"}
+    assert highlight.downstream == {"h2", "out", "loss", "h1_norm"}
+    assert highlight.thick_edges == {("net.lin.weight", "h1"), ("h1", "h1_norm")}
+    assert highlight.thin_edges == {("x", "h1"), ("prev", "h1"), ("h1", "h2"), ("h2", "out"),
+                                    ("out", "loss")}
+    main = compute_highlight(model, "h1", "main")
+    assert main.thick_edges == {("x", "h1"), ("prev", "h1"), ("h1", "h2"), ("h2", "out"),
+                                ("out", "loss")}
+    assert main.thin_edges == {("net.lin.weight", "h1"), ("h1", "h1_norm")}
+    # no role, or a role no edge carries: everything thick
+    assert compute_highlight(model, "h1", "nonexistent").thin_edges == frozenset()
+    assert len(compute_highlight(model, "h1").thick_edges) == 7
+
+
+def test_highlight_updates_dim_exactly_the_unrelated_nodes(model):
+    updates = highlight_updates(model, "h2", "main")
+    assert lit_nodes(model, updates) == {"h2", "h1", "x", "net.lin.weight", "prev", "out",
+                                         "loss"}
+    values = {(trace, path): value for trace, path, value in updates}
+    thick = segments(values[(SELECTED_EDGE_TRACE, ("x",))], values[(SELECTED_EDGE_TRACE, ("y",))])
+    assert thick == path_segments(model, compute_highlight(model, "h2").thick_edges)
+    assert values[(OTHER_ROLE_EDGE_TRACE, ("x",))] == []
+    lit_arrows = {model.drawn_edges[(i - 1) // 2] for i in values[(ARROW_TRACE,
+                                                                   ("selectedpoints",))]}
+    assert lit_arrows == compute_highlight(model, "h2").thick_edges
+    assert values[(model.selection_trace, ("x",))] == [model.layout.positions["h2"][0]]
+    assert values[(EDGE_TRACE, ("line", "color"))] != build_graph_figure(model).data[
+        EDGE_TRACE].line.color
+
+    role_updates = {(t, p): v for t, p, v in highlight_updates(model, "h1", "pre")}
+    thin = segments(role_updates[(OTHER_ROLE_EDGE_TRACE, ("x",))],
+                    role_updates[(OTHER_ROLE_EDGE_TRACE, ("y",))])
+    assert thin == path_segments(model, compute_highlight(model, "h1", "pre").thin_edges)
+
+
+def test_highlight_patch_only_touches_cheap_properties(model):
+    patch = highlight_patch(model, "h2", "main")
+    assert isinstance(patch, Patch)
+    operations = patch.to_plotly_json()["operations"]
+    allowed = {("selectedpoints",), ("line", "color"), ("x",), ("y",)}
+    for operation in operations:
+        assert operation["operation"] == "Assign"
+        assert operation["location"][0] == "data"
+        assert tuple(operation["location"][2:]) in allowed
+    by_location = {tuple(op["location"]): op["params"]["value"] for op in operations}
+    names = model.node_traces[0][1]  # input trace
+    assert {names[i] for i in by_location[("data", FIRST_NODE_TRACE, "selectedpoints")]} == {"x"}
+
+
+def test_figure_with_selection_equals_figure_plus_patch(model):
+    selected = build_graph_figure(model, selected_node="h1", selected_role="pre")
+    plain = build_graph_figure(model)
+    for trace, path, value in highlight_updates(model, "h1", "pre"):
+        target = plain.data[trace]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    selected_dict, plain_dict = selected.to_dict(), plain.to_dict()
+    for trace in plain_dict["data"]:
+        if trace.get("selectedpoints", ()) is None:  # None and absent: no selection
+            del trace["selectedpoints"]
+    assert selected_dict == plain_dict
+    assert selected.data[FIRST_NODE_TRACE].selectedpoints is not None
+
+
+def test_clearing_and_stale_selection(model):
+    cleared = {(t, p): v for t, p, v in highlight_updates(model, None)}
+    figure = build_graph_figure(model)
+    for trace in range(FIRST_NODE_TRACE, model.selection_trace):
+        assert cleared[(trace, ("selectedpoints",))] is None
+    assert cleared[(SELECTED_EDGE_TRACE, ("x",))] == []
+    assert cleared[(EDGE_TRACE, ("line", "color"))] == figure.data[EDGE_TRACE].line.color
+    # a node that is not in this graph (the graph changed under a selection) clears too
+    assert highlight_updates(model, "gone", "main") == highlight_updates(model, None)
+    with pytest.raises(KeyError):
+        compute_highlight(model, "gone")
+
+
+def test_patch_payload_stays_small_at_500_nodes():
+    model = build_graph_model(layered_graph(500))
+    figure_bytes = len(build_graph_figure(model).to_json())
+    middle = model.layout.layer_order[model.layout.num_layers // 2][0]
+    for node in (middle, "loss"):
+        payload = len(to_json_plotly(highlight_patch(model, node, "main").to_plotly_json()))
+        assert payload < 40_000, (node, payload)
+        assert payload < figure_bytes / 4
+        json.loads(to_json_plotly(highlight_patch(model, node, "main").to_plotly_json()))
+
+
+# --- navigation ----------------------------------------------------------------------
+
+
+def test_neighbor_left_and_right_follow_edges(model):
+    assert neighbor_in_direction(model, "h2", "left") == "h1"
+    assert neighbor_in_direction(model, "h2", "right") == "out"
+    assert neighbor_in_direction(model, "x", "left") is None
+    assert neighbor_in_direction(model, "loss", "right") is None
+    left_of_h1 = neighbor_in_direction(model, "h1", "left")
+    dependencies = ["x", "net.lin.weight", "prev"]
+    assert left_of_h1 in dependencies
+    y = model.layout.positions["h1"][1]
+    distance = {d: abs(model.layout.positions[d][1] - y) for d in dependencies}
+    assert distance[left_of_h1] == min(distance.values())
+    assert neighbor_in_direction(model, "h1", "right") in ("h2", "h1_norm")
+
+
+def test_neighbor_up_and_down_stay_in_the_layer(model):
+    for column in model.layout.layer_order:
+        for i, name in enumerate(column):
+            above = column[i - 1] if i > 0 else None
+            below = column[i + 1] if i + 1 < len(column) else None
+            assert neighbor_in_direction(model, name, "up") == above
+            assert neighbor_in_direction(model, name, "down") == below
+    tall = max(model.layout.layer_order, key=len)
+    assert len(tall) >= 2
+    assert neighbor_in_direction(model, tall[0], "down") == tall[1]
+
+
+def test_neighbor_bad_input(model):
+    assert neighbor_in_direction(model, "not-a-node", "left") is None
+    with pytest.raises(ValueError):
+        neighbor_in_direction(model, "h1", "diagonal")
