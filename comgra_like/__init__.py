@@ -33,11 +33,24 @@ my_recorder: Any = None
 """The module-level holder users assign their recorder to (``comgra_like.my_recorder = ...``)."""
 
 __all__ = [
-    "CallOrderError", "ComgraError", "ComgraRecorder", "ConfigurationError",
-    "DecisionMakerForRecordings", "DecisionMakerForRecordingsFrequencyPerType",
-    "DecisionMakerForRecordingsHardcoded", "GraphError", "NotFoundError", "PluginError",
-    "RecordingDecisionError", "RegistrationError", "SchemaVersionError", "StorageError",
-    "TrainingStepError", "compact_trial", "open_group", "my_recorder",
+    "CallOrderError",
+    "ComgraError",
+    "ComgraRecorder",
+    "ConfigurationError",
+    "DecisionMakerForRecordings",
+    "DecisionMakerForRecordingsFrequencyPerType",
+    "DecisionMakerForRecordingsHardcoded",
+    "GraphError",
+    "NotFoundError",
+    "PluginError",
+    "RecordingDecisionError",
+    "RegistrationError",
+    "SchemaVersionError",
+    "StorageError",
+    "TrainingStepError",
+    "compact_trial",
+    "my_recorder",
+    "open_group",
 ]
 
 

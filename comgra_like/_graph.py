@@ -81,7 +81,7 @@ def find_cycle(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> list[s
         succ.setdefault(a, []).append(b)
         succ.setdefault(b, [])
     color = dict.fromkeys(succ, 0)  # 0 new, 1 on stack, 2 done
-    for root in succ:
+    for root in list(succ):
         if color[root]:
             continue
         path = [root]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -48,4 +49,4 @@ class KpiThinner:
             return False
         lo, hi = min(self._recent), max(self._recent)
         margin = (hi - lo) * self.outlier_factor
-        return value > hi + margin or value < lo - margin or value != value
+        return value > hi + margin or value < lo - margin or math.isnan(value)

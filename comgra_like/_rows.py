@@ -30,15 +30,28 @@ class CaptureMeta:
     numel: int
     param_index: int = -1  # index into the parameter snapshots (svd, update ratio)
 
+    @property
+    def aggregation_free(self) -> bool:
+        """A tensor without batch dimension: one row, values from the flat vector."""
+        return self.segment_kind == "flat"
 
-def _values_column(chunks: list[np.ndarray | None]) -> pa.Array:
-    lengths = np.array([0 if c is None else c.size for c in chunks], dtype=np.int64)
-    offsets = np.zeros(len(chunks) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    present = [c for c in chunks if c is not None]
-    flat = np.concatenate(present).astype(np.float32, copy=False) if present else np.zeros(0, np.float32)
-    mask = pa.array([c is None for c in chunks])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), mask=mask)
+    segment_kind: str = "batch"
+
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+def _dict_column(per_capture: list[str], capture_of_row: np.ndarray) -> pa.Array:
+    """A dictionary column from one string per capture, repeated for that capture's rows."""
+    uniques: dict[str, int] = {}
+    codes = np.fromiter((uniques.setdefault(v, len(uniques)) for v in per_capture), np.int32,
+                        count=len(per_capture))
+    return pa.DictionaryArray.from_arrays(pa.array(codes[capture_of_row]),
+                                          pa.array(list(uniques), pa.string()))
+
+
+def _constant_dict(value: str, n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
 
 
 def build_tensor_table(
@@ -58,73 +71,97 @@ def build_tensor_table(
     svd_top: dict[int, float],
     update_ratio: dict[int, float],
 ) -> pa.Table:
-    stats_rows: list[np.ndarray] = []
-    chunks: list[np.ndarray | None] = []
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "iteration", "node", "role", "tensor_name", "kind", "recording_type",
-            "aggregation", "sample_index", "shape", "numel", "svd_top", "update_ratio",
-        )
-    }
+    """One row per capture x aggregation, built with per-capture (not per-row) Python work.
 
-    def add(meta: CaptureMeta, aggregation: str, sample_index: int, stats, values) -> None:
-        cols["iteration"].append(meta.iteration)
-        cols["node"].append(meta.node)
-        cols["role"].append(meta.role)
-        cols["tensor_name"].append(meta.tensor_name)
-        cols["kind"].append(meta.kind)
-        cols["recording_type"].append(meta.recording_type)
-        cols["aggregation"].append(aggregation)
-        cols["sample_index"].append(sample_index)
-        cols["shape"].append(list(meta.value_shape))
-        cols["numel"].append(meta.numel)
-        cols["svd_top"].append(svd_top.get(meta.param_index) if meta.recording_type == "forward" else None)
-        cols["update_ratio"].append(update_ratio.get(meta.param_index) if meta.recording_type == "update" else None)
-        stats_rows.append(stats)
-        chunks.append(values)
+    This runs on the writer thread while training continues, so it must hold the GIL
+    as briefly as possible.
+    """
+    k = len(sample_indices)
+    metas = batch_meta + flat_meta
+    rows_per = np.array([(3 + (k if m.per_sample else 0)) for m in batch_meta]
+                        + [1] * len(flat_meta), dtype=np.int64)
+    capture_of_row = np.repeat(np.arange(len(metas)), rows_per)
+    n = int(rows_per.sum())
 
-    for meta in batch_meta:
-        s = meta.segment
-        sl = slice(meta.value_offset, meta.value_offset + meta.numel) if meta.with_values else None
-        for a, agg in enumerate(AGG_NAMES):
-            add(meta, agg, -1, batch_agg_stats[a, s], batch_agg_values[a, sl] if sl else None)
-        if meta.per_sample:
-            for j, idx in enumerate(sample_indices):
-                add(meta, "sample", idx, batch_sample_stats[j, s], batch_sample_values[j, sl] if sl else None)
-    for meta in flat_meta:
-        sl = slice(meta.value_offset, meta.value_offset + meta.numel) if meta.with_values else None
-        add(meta, "none", -1, flat_stats[meta.segment], flat_values[sl] if sl else None)
+    # Statistics: [S, 3+k, NUM_STATS] for batch captures, dropping sample rows where unwanted.
+    stat_blocks = []
+    agg_code = []
+    sample_col = []
+    if batch_meta:
+        both = np.concatenate([batch_agg_stats, batch_sample_stats], axis=0).transpose(1, 0, 2)
+        keep = np.ones((len(batch_meta), 3 + k), dtype=bool)
+        for i, m in enumerate(batch_meta):
+            if not m.per_sample:
+                keep[i, 3:] = False
+        stat_blocks.append(both[keep])
+        codes = np.broadcast_to(np.array([0, 1, 2] + [3] * k, np.int32), keep.shape)[keep]
+        samples = np.broadcast_to(np.array([-1, -1, -1] + list(sample_indices), np.int32),
+                                  keep.shape)[keep]
+        agg_code.append(codes)
+        sample_col.append(samples)
+    if flat_meta:
+        stat_blocks.append(flat_stats[[m.segment for m in flat_meta]])
+        agg_code.append(np.full(len(flat_meta), 4, np.int32))
+        sample_col.append(np.full(len(flat_meta), -1, np.int32))
+    stats = (np.concatenate(stat_blocks).astype(np.float32, copy=False) if stat_blocks
+             else np.zeros((0, len(STATISTICS)), np.float32))
 
-    n = len(chunks)
-    stats = np.stack(stats_rows).astype(np.float32) if n else np.zeros((0, len(STATISTICS)), np.float32)
-    dict_type = pa.dictionary(pa.int32(), pa.string())
+    # Values: a list column; captures without values give null rows.
+    pieces: list[np.ndarray] = []
+    lengths = np.zeros(n, np.int64)
+    valid = np.zeros(n, dtype=bool)
+    row = 0
+    if batch_meta:
+        all_vals = np.concatenate([batch_agg_values, batch_sample_values], axis=0)
+    for m, r in zip(metas, rows_per):
+        if m.with_values:
+            if m.aggregation_free:
+                pieces.append(flat_values[m.value_offset:m.value_offset + m.numel])
+            else:
+                block = all_vals[: r, m.value_offset:m.value_offset + m.numel]
+                pieces.append(block.reshape(-1))
+            lengths[row:row + r] = m.numel
+            valid[row:row + r] = True
+        row += r
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = (np.concatenate(pieces).astype(np.float32, copy=False) if pieces
+            else np.zeros(0, np.float32))
+    values = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), mask=pa.array(~valid))
 
-    def dict_col(values):
-        return pa.array(values, type=pa.string()).dictionary_encode().cast(dict_type)
+    svd = np.array([svd_top.get(m.param_index, np.nan) if m.recording_type == "forward"
+                    and m.param_index in svd_top else np.nan for m in metas], np.float32)
+    ratio = np.array([update_ratio.get(m.param_index, np.nan) if m.recording_type == "update"
+                      else np.nan for m in metas], np.float32)
+    svd_rows, ratio_rows = svd[capture_of_row], ratio[capture_of_row]
 
     arrays = {
-        "trial_id": pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, np.int32)), pa.array([trial_id])
-        ),
+        "trial_id": _constant_dict(trial_id, n),
         "training_step": pa.array(np.full(n, training_step, np.int64)),
-        "type_of_execution": pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, np.int32)), pa.array([type_of_execution])
-        ),
-        "iteration": pa.array(cols["iteration"], pa.int32()),
-        "node": dict_col(cols["node"]),
-        "role": dict_col(cols["role"]),
-        "tensor_name": dict_col(cols["tensor_name"]),
-        "kind": dict_col(cols["kind"]),
-        "recording_type": dict_col(cols["recording_type"]),
-        "aggregation": dict_col(cols["aggregation"]),
-        "sample_index": pa.array(cols["sample_index"], pa.int32()),
-        "shape": pa.array(cols["shape"], pa.list_(pa.int32())),
+        "type_of_execution": _constant_dict(type_of_execution, n),
+        "iteration": pa.array(np.array([m.iteration for m in metas], np.int32)[capture_of_row]),
+        "node": _dict_column([m.node for m in metas], capture_of_row),
+        "role": _dict_column([m.role for m in metas], capture_of_row),
+        "tensor_name": _dict_column([m.tensor_name for m in metas], capture_of_row),
+        "kind": _dict_column([m.kind for m in metas], capture_of_row),
+        "recording_type": _dict_column([m.recording_type for m in metas], capture_of_row),
+        "aggregation": pa.DictionaryArray.from_arrays(
+            pa.array(np.concatenate(agg_code) if agg_code else np.zeros(0, np.int32)),
+            pa.array(list(AGG_NAMES) + ["sample", "none"])),
+        "sample_index": pa.array(np.concatenate(sample_col) if sample_col
+                                 else np.zeros(0, np.int32)),
+        "shape": _shape_column(metas, capture_of_row),
+        "numel": pa.array(np.array([m.numel for m in metas], np.int64)[capture_of_row]),
+        "svd_top": pa.array(svd_rows, mask=np.isnan(svd_rows)),
+        "update_ratio": pa.array(ratio_rows, mask=np.isnan(ratio_rows)),
+        "values": values,
     }
     for i, name in enumerate(STATISTICS):
         arrays[name] = pa.array(stats[:, i])
-    arrays["numel"] = pa.array(cols["numel"], pa.int64())
-    arrays["svd_top"] = pa.array(cols["svd_top"], pa.float32())
-    arrays["update_ratio"] = pa.array(cols["update_ratio"], pa.float32())
-    arrays["values"] = _values_column(chunks)
     return pa.Table.from_arrays([arrays[f.name] for f in TENSORS_SCHEMA], schema=TENSORS_SCHEMA)
+
+
+def _shape_column(metas: list[CaptureMeta], capture_of_row: np.ndarray) -> pa.Array:
+    dims = [np.asarray(m.value_shape, np.int32) for m in metas]
+    per_capture = pa.array([d.tolist() for d in dims], pa.list_(pa.int32()))
+    return per_capture.take(pa.array(capture_of_row))

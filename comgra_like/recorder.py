@@ -941,7 +941,6 @@ class ComgraRecorder:
         """All statistics of a batch with batched ops; one transfer to the host."""
         batch_caps = [c for c in captures if c.reg.batch_dim is not None]
         flat_caps = [c for c in captures if c.reg.batch_dim is None]
-        device = captures[0].tensor.device if captures else torch.device("cpu")
         parts: list[torch.Tensor] = []
         batch_meta: list[CaptureMeta] = []
         flat_meta: list[CaptureMeta] = []
@@ -992,7 +991,7 @@ class ComgraRecorder:
                 flat_meta.append(CaptureMeta(
                     c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
                     c.recording_type, tuple(int(s) for s in c.tensor.shape),
-                    False, c.reg.with_values, seg, off, n, c.reg.param_index))
+                    False, c.reg.with_values, seg, off, n, c.reg.param_index, "flat"))
             x = torch.cat(vecs).unsqueeze(0)
             seg_ids = segment_ids(sizes, x.device)
             flat_stats = segment_statistics(x, seg_ids, sizes)[0]  # [S', 9]

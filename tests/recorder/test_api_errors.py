@@ -4,11 +4,17 @@ import pytest
 import torch
 
 from comgra_like.errors import (
-    CallOrderError, ComgraError, ConfigurationError, GraphError, RecordingDecisionError,
-    RegistrationError, TrainingStepError,
+    CallOrderError,
+    ComgraError,
+    ConfigurationError,
+    GraphError,
+    RecordingDecisionError,
+    RegistrationError,
+    TrainingStepError,
 )
 from comgra_like.objects import (
-    DecisionMakerForRecordingsFrequencyPerType, DecisionMakerForRecordingsHardcoded,
+    DecisionMakerForRecordingsFrequencyPerType,
+    DecisionMakerForRecordingsHardcoded,
 )
 from comgra_like.query import open_group
 from comgra_like.recorder import ComgraRecorder

@@ -2,8 +2,7 @@
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.optim as optim
+from torch import nn, optim
 
 import comgra_like as comgra
 from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
@@ -118,7 +117,7 @@ def test_minimal_example_round_trip(tmp_path):
     kpis = g.read_kpis("example_trial")
     assert set(kpis["kpi_group"]) == {"loss"}
     assert kpis["timepoint"].tolist() == list(range(0, 100, 10))
-    assert [n.text for n in g.read_notes("example_trial")][0].startswith("This is an optional")
+    assert g.read_notes("example_trial")[0].text.startswith("This is an optional")
     modules = {m.name: m for m in g.read_modules("example_trial")}
     assert modules["main_model"].num_parameters_total == 60
 

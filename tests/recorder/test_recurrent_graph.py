@@ -1,7 +1,7 @@
 """A recurrent loop: the dependency graph must have exactly the edges drawn by hand."""
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from comgra_like.objects import DecisionMakerForRecordingsHardcoded
 from comgra_like.query import open_group
