@@ -571,6 +571,10 @@ class Group:
         )
         rows = table.filter(mask)
         if rows.num_rows == 0:
+            target = self._alias_target(trial_id, training_step, iteration, node, role)
+            if target is not None:  # a re-registered tensor: its data lives under the original
+                return self.read_tensor(trial_id, training_step, target[2], target[0], target[1],
+                                        recording_type, aggregation, sample_index)
             raise NotFoundError(
                 f"trial {trial_id!r}, step {training_step}, iteration {iteration}: nothing "
                 f"recorded for node {node!r} role {role!r} ({recording_type}, {aggregation}, "
@@ -592,6 +596,20 @@ class Group:
             recording_type=recording_type, aggregation=aggregation,
             sample_index=int(sample_index), shape=shape, stats=stats, values=arr,
         )
+
+    def _alias_target(self, trial_id, training_step, iteration, node, role):
+        trial = self._trial(trial_id)
+        steps = trial.steps
+        rows = steps[steps["training_step"] == training_step]
+        for it, digest in zip(rows["iteration"], rows["graph_hash"]):
+            structure = trial.graphs.get(digest)
+            if structure is None:
+                continue
+            graph = _graph_from_structure(digest, int(it), structure)
+            for n in graph.nodes:
+                if n.node == node and n.iteration == iteration and role in n.alias_of:
+                    return n.alias_of[role]
+        return None
 
     def _stats_table(self, trial_id: str, path: Path) -> pa.Table:
         key = (trial_id, path.name, "stats")
