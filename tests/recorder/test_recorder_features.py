@@ -5,7 +5,8 @@ import torch
 
 from comgra_like._kpi import KpiThinner
 from comgra_like.objects import (
-    DecisionMakerForRecordingsFrequencyPerType, DecisionMakerForRecordingsHardcoded,
+    DecisionMakerForRecordingsFrequencyPerType,
+    DecisionMakerForRecordingsHardcoded,
 )
 from comgra_like.query import open_group
 from comgra_like.recorder import ComgraRecorder
