@@ -1,68 +1,114 @@
-"""Statistics of many tensors at once, computed on their device with a handful of ops.
+"""Statistics of many tensors at once, with a handful of ops per distinct tensor size.
 
-All tensors of one capture (say, every registered activation of a step) are flattened
-to ``[batch, values]`` and concatenated along the value axis into one matrix ``X``. Each
-column belongs to one tensor (its *segment*). Segment-wise reductions (``index_add_`` and
-``scatter_reduce_``) then give the statistics of every tensor for every sample in about
-fifteen kernel launches, however many tensors there are, instead of a dozen per tensor.
+Captured tensors are flattened to ``[batch, values]``. Tensors with the same number of
+values are stacked into one ``[batch, count, values]`` block and reduced along the last
+(contiguous) dimension, so a network whose registered tensors come in a few sizes costs
+a few dozen kernel launches per recorded step, however many tensors it registers.
+(Reducing one concatenated matrix with ``index_add_``/``scatter_reduce_`` was tried
+first: those loop per index entry on the CPU and were 4-8x slower.)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-# Column order of the statistics matrices; must match schema.STATISTICS.
+# Column order of the statistics; must match schema.STATISTICS.
 STAT_NAMES = ("mean", "abs_mean", "std", "abs_max", "min", "max", "norm", "nan_count", "inf_count")
 NUM_STATS = len(STAT_NAMES)
 
 
-def segment_ids(sizes: list[int], device: torch.device) -> torch.Tensor:
-    """``[0]*sizes[0] + [1]*sizes[1] + ...`` as a long tensor on ``device``."""
-    counts = torch.tensor(sizes, dtype=torch.long)
-    return torch.repeat_interleave(torch.arange(len(sizes)), counts).to(device)
+def block_statistics(x: torch.Tensor) -> torch.Tensor:
+    """Statistics over the last dimension of ``x`` (``[..., n]``) -> ``[..., NUM_STATS]``.
 
-
-def segment_statistics(x: torch.Tensor, seg: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """Statistics per row and segment of ``x`` (``[B, N]``) -> ``[B, S, NUM_STATS]``.
-
-    ``std`` uses Bessel's correction (ddof=1) and is 0 for a segment of one value.
-    NaN propagates into every statistic but the counts, as numpy's functions do.
+    ``std`` uses Bessel's correction (ddof=1) and is 0 for one value. NaN propagates
+    into every statistic but the counts, as numpy's functions do.
     """
-    b = x.shape[0]
-    s = len(sizes)
-    n = torch.tensor(sizes, dtype=x.dtype, device=x.device)
-    zeros = x.new_zeros((b, s))
-    index = seg.unsqueeze(0).expand(b, -1)
-
-    total = zeros.clone().index_add_(1, seg, x)
-    mean = total / n
-    ax = x.abs()
-    abs_mean = zeros.clone().index_add_(1, seg, ax) / n
-    centered = x - mean.index_select(1, seg)  # index_select: far faster than x[:, seg]
-    sq = zeros.clone().index_add_(1, seg, centered * centered)
-    std = torch.where(n > 1, (sq / (n - 1).clamp(min=1)).sqrt(), torch.zeros_like(sq))
-    norm = zeros.clone().index_add_(1, seg, x * x).sqrt()
-    mn = zeros.clone().scatter_reduce_(1, index, x, "amin", include_self=False)
-    mx = zeros.clone().scatter_reduce_(1, index, x, "amax", include_self=False)
+    n = x.shape[-1]
+    mean = x.mean(dim=-1)
+    if n > 1:
+        # Two passes (mean, then squared deviations): as exact as numpy, and several
+        # times faster than torch.std_mean along the last dimension on the CPU.
+        centered = x - mean.unsqueeze(-1)
+        std = (centered * centered).sum(dim=-1).div_(n - 1).sqrt_()
+    else:
+        std = torch.zeros_like(mean)
+    abs_mean = x.abs().mean(dim=-1)
+    mn, mx = torch.aminmax(x, dim=-1)
     abs_max = torch.maximum(mx, -mn)
-    nan = zeros.clone().index_add_(1, seg, torch.isnan(x).to(x.dtype))
-    inf = zeros.clone().index_add_(1, seg, torch.isinf(x).to(x.dtype))
-    # scatter_reduce's amax/amin skip NaN on some builds; numpy propagates it.
-    has_nan = nan > 0
-    nan_fill = torch.full_like(mean, float("nan"))
-    abs_max = torch.where(has_nan, nan_fill, abs_max)
-    mn = torch.where(has_nan, nan_fill, mn)
-    mx = torch.where(has_nan, nan_fill, mx)
-    return torch.stack([mean, abs_mean, std, abs_max, mn, mx, norm, nan, inf], dim=2)
+    norm = torch.linalg.vector_norm(x, dim=-1)
+    if bool(torch.isfinite(norm).all()):
+        # A finite norm means no NaN or Inf in the row: skip two full passes.
+        nan = torch.zeros_like(mean)
+        inf = nan
+    else:
+        nan = torch.isnan(x).sum(dim=-1).to(x.dtype)
+        inf = torch.isinf(x).sum(dim=-1).to(x.dtype)
+        nan_fill = torch.full_like(mean, float("nan"))
+        has_nan = nan > 0
+        abs_max = torch.where(has_nan, nan_fill, abs_max)
+        mn = torch.where(has_nan, nan_fill, mn)
+        mx = torch.where(has_nan, nan_fill, mx)
+    return torch.stack([mean, abs_mean, std, abs_max, mn, mx, norm, nan, inf], dim=-1)
 
 
 def batch_aggregates(per_sample: torch.Tensor) -> torch.Tensor:
     """Mean, abs-max and std (ddof=1) over dim 0 -> ``[3, ...]``."""
     b = per_sample.shape[0]
     mean = per_sample.mean(dim=0)
-    abs_max = per_sample.abs().amax(dim=0)
     if b > 1:
-        std = per_sample.std(dim=0)
+        centered = per_sample - mean
+        std = (centered * centered).sum(dim=0).div_(b - 1).sqrt_()
     else:
         std = torch.zeros_like(mean)
+    mn, mx = torch.aminmax(per_sample, dim=0)
+    abs_max = torch.maximum(mx, -mn)
     return torch.stack([mean, abs_max, std], dim=0)
+
+
+@dataclass
+class SizeGroup:
+    """Tensors of one size, stacked: ``members[j]`` is the caller's index of block row j."""
+
+    members: list[int]
+    block: torch.Tensor  # [B, len(members), n]
+
+
+def group_by_size(mats: list[torch.Tensor]) -> list[SizeGroup]:
+    """Stack ``[B, n_i]`` matrices of equal ``n_i`` (order of first appearance)."""
+    by_size: dict[int, list[int]] = {}
+    for i, m in enumerate(mats):
+        by_size.setdefault(m.shape[1], []).append(i)
+    groups = []
+    for members in by_size.values():
+        block = torch.stack([mats[i] for i in members], dim=1)
+        groups.append(SizeGroup(members, block))
+    return groups
+
+
+def top_singular_value(w: torch.Tensor, v: torch.Tensor | None, tol: float = 1e-6,
+                       max_iterations: int = 200) -> tuple[float, torch.Tensor]:
+    """Largest singular value of a 2-D ``w`` by power iteration on ``wᵀw``.
+
+    ``v`` is the right singular vector from the previous recorded step (or None):
+    weights change little between steps, so a warm start converges in a few
+    iterations, instead of the ~5 ms a full SVD of a 256x256 matrix costs.
+    """
+    w = w.float()
+    if v is None or v.shape[0] != w.shape[1]:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        v = torch.randn(w.shape[1], generator=g).to(w.device)
+    v = v / v.norm().clamp_min(1e-30)
+    sigma = 0.0
+    for _ in range(max_iterations):
+        u = w @ v
+        new_sigma = float(u.norm())
+        if new_sigma == 0.0 or new_sigma != new_sigma:
+            return new_sigma, v
+        v = w.t() @ (u / new_sigma)
+        v = v / v.norm().clamp_min(1e-30)
+        if abs(new_sigma - sigma) <= tol * new_sigma:
+            return new_sigma, v
+        sigma = new_sigma
+    return sigma, v

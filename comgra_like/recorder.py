@@ -26,7 +26,13 @@ from . import __version__
 from ._graph import DependencyWalker, canonical_hash, find_cycle
 from ._kpi import KpiThinner
 from ._rows import CaptureMeta, build_tensor_table
-from ._stats import NUM_STATS, batch_aggregates, segment_ids, segment_statistics
+from ._stats import (
+    NUM_STATS,
+    batch_aggregates,
+    block_statistics,
+    group_by_size,
+    top_singular_value,
+)
 from .errors import (
     CallOrderError,
     ConfigurationError,
@@ -194,6 +200,7 @@ class ComgraRecorder:
         self._kpi_last_submit = time.monotonic()
         self._seen_graphs: set[str] = set()
         self._recorded_steps = 0
+        self._svd_vectors: dict[int, torch.Tensor] = {}
 
     # ----- metadata ---------------------------------------------------------------------
 
@@ -857,7 +864,9 @@ class ComgraRecorder:
             for r in regs:
                 if r.kind == "parameter" and r.node in nodes:
                     add_node(r)
-        cycle = find_cycle(nodes, [(a, b) for a, b, _, _ in edges])
+        # Autograd graphs are acyclic: only hand-made connections can close a loop.
+        manual = batch.conn_reg or batch.conn_fn or batch.conn_leaf
+        cycle = find_cycle(nodes, [(a, b) for a, b, _, _ in edges]) if manual else None
         if cycle:
             raise GraphError(
                 f"step {self.training_step}, iteration {iteration}: the dependency graph has a "
@@ -879,20 +888,27 @@ class ComgraRecorder:
     # ----- computing and writing a recorded batch -------------------------------------------
 
     def _write_batch(self) -> None:
+        """Hand the batch to the writer thread; the training thread only copies tensors.
+
+        Forward values are copied (training code may reuse its buffers), gradients were
+        copied when recorded, parameters were copied at start_batch. The statistics, the
+        singular values, the transfer to the host and the Arrow conversion all run on the
+        writer thread, on the other core, while training goes on.
+        """
         batch = self._batch
         step = self.training_step
         toe = self.type_of_execution
-        for reg in batch.regs:
-            if reg.alias_of is not None:
-                continue
-            if reg.kind == "parameter":
-                snapshot = batch.snapshots[reg.param_index]
-                batch.captures.append(_Capture(reg, _FORWARD, snapshot))
-                batch.captures.append(_Capture(reg, _UPDATE, reg.tensor.detach() - snapshot))
-            else:
-                batch.captures.append(_Capture(reg, _FORWARD, reg.tensor.detach()))
+        captures = batch.captures
         with torch.no_grad():
-            host, layout = self._compute_statistics(batch.captures)
+            for reg in batch.regs:
+                if reg.alias_of is not None:
+                    continue
+                if reg.kind == "parameter":
+                    snapshot = batch.snapshots[reg.param_index]
+                    captures.append(_Capture(reg, _FORWARD, snapshot))
+                    captures.append(_Capture(reg, _UPDATE, reg.tensor.detach() - snapshot))
+                else:
+                    captures.append(_Capture(reg, _FORWARD, reg.tensor.detach().clone()))
         svd_inputs = {}
         if self.calculate_svd:
             svd_inputs = {
@@ -900,7 +916,7 @@ class ComgraRecorder:
                 for reg in batch.regs
                 if reg.kind == "parameter" and reg.tensor.dim() == 2
             }
-        svd_inputs = {i: t.cpu() for i, t in svd_inputs.items()}
+        svd_vectors = self._svd_vectors
         trial_id = self.trial_id
         samples = list(self._sample_indices)
         categories = list(self._sample_categories)
@@ -909,12 +925,11 @@ class ComgraRecorder:
         batch_size = self._batch_size
 
         def job():
-            svd = {}
-            for i, t in svd_inputs.items():
-                try:
-                    svd[i] = float(np.linalg.svd(t.float().numpy(), compute_uv=False)[0])
-                except np.linalg.LinAlgError:
-                    svd[i] = float("nan")
+            with torch.no_grad():
+                host, layout = compute_statistics(captures, samples)
+                svd = {}
+                for i, w in svd_inputs.items():
+                    svd[i], svd_vectors[i] = top_singular_value(w, svd_vectors.get(i))
             tensors = _host_to_table(trial_id, step, toe, samples, host, layout, svd)
             n = len(graphs)
             iterations = sorted(graphs)
@@ -937,72 +952,78 @@ class ComgraRecorder:
         if self._kpi_rows:
             self._submit_kpis()
 
-    def _compute_statistics(self, captures: list[_Capture]):
-        """All statistics of a batch with batched ops; one transfer to the host."""
-        batch_caps = [c for c in captures if c.reg.batch_dim is not None]
-        flat_caps = [c for c in captures if c.reg.batch_dim is None]
-        parts: list[torch.Tensor] = []
-        batch_meta: list[CaptureMeta] = []
-        flat_meta: list[CaptureMeta] = []
-        k = len(self._sample_indices)
-        shapes = {}
-        if batch_caps:
-            mats, sizes, value_offset = [], [], 0
-            for seg, c in enumerate(batch_caps):
-                t = c.tensor
-                if c.reg.batch_dim != 0:
-                    t = t.movedim(c.reg.batch_dim, 0)
-                m = t.reshape(t.shape[0], -1)
-                if m.dtype != torch.float32:
-                    m = m.float() if not m.is_complex() else m.abs().float()
-                mats.append(m)
-                n = m.shape[1]
-                sizes.append(n)
-                value_shape = tuple(int(s) for s in t.shape[1:])
+
+def _as_float32(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.float32:
+        return t
+    return t.abs().float() if t.is_complex() else t.float()
+
+
+def compute_statistics(captures: list[_Capture], sample_indices: list[int]):
+    """All statistics of a batch, grouped by tensor size; one transfer to the host.
+
+    Returns the flat float32 host buffer and the layout ``_host_to_table`` needs.
+    """
+    batch_caps = [c for c in captures if c.reg.batch_dim is not None]
+    flat_caps = [c for c in captures if c.reg.batch_dim is None]
+    parts: list[torch.Tensor] = []
+    batch_meta: list[CaptureMeta] = []
+    flat_meta: list[CaptureMeta] = []
+    k = len(sample_indices)
+    shapes = {}
+    if batch_caps:
+        mats, value_shapes = [], []
+        for c in batch_caps:
+            t = c.tensor if c.reg.batch_dim == 0 else c.tensor.movedim(c.reg.batch_dim, 0)
+            value_shapes.append(tuple(int(s) for s in t.shape[1:]))
+            mats.append(_as_float32(t.reshape(t.shape[0], -1)))
+        idx = torch.tensor(sample_indices, dtype=torch.long, device=mats[0].device)
+        agg_stats, sample_stats, agg_vals, sample_vals = [], [], [], []
+        seg, value_offset = 0, 0
+        for group in group_by_size(mats):
+            block = group.block  # [B, g, n]
+            g, n = block.shape[1], block.shape[2]
+            per_sample = block_statistics(block)  # [B, g, 9]
+            agg_stats.append(batch_aggregates(per_sample))
+            sample_stats.append(per_sample.index_select(0, idx))
+            agg_vals.append(batch_aggregates(block).reshape(3, g * n))
+            sample_vals.append(block.index_select(0, idx).reshape(k, g * n))
+            for j, i in enumerate(group.members):
+                c = batch_caps[i]
                 batch_meta.append(CaptureMeta(
                     c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
-                    c.recording_type, value_shape, c.reg.per_sample, c.reg.with_values, seg,
-                    value_offset, n, c.reg.param_index))
-                value_offset += n
-            x = torch.cat(mats, dim=1) if len(mats) > 1 else mats[0]
-            seg_ids = segment_ids(sizes, x.device)
-            per_sample = segment_statistics(x, seg_ids, sizes)  # [B, S, 9]
-            idx = torch.tensor(self._sample_indices, dtype=torch.long, device=x.device)
-            agg_stats = batch_aggregates(per_sample)  # [3, S, 9]
-            sample_stats = per_sample.index_select(0, idx)
-            agg_vals = batch_aggregates(x)  # [3, N]
-            sample_vals = x.index_select(0, idx)
-            parts += [agg_stats, sample_stats, agg_vals, sample_vals]
-            shapes["batch"] = (len(sizes), value_offset)
-        if flat_caps:
-            vecs, sizes, value_vecs, value_offset = [], [], [], 0
-            for seg, c in enumerate(flat_caps):
-                v = c.tensor.reshape(-1)
-                if v.dtype != torch.float32:
-                    v = v.float() if not v.is_complex() else v.abs().float()
-                vecs.append(v)
-                n = v.numel()
-                sizes.append(n)
+                    c.recording_type, value_shapes[i], c.reg.per_sample, c.reg.with_values, seg,
+                    value_offset + j * n, n, c.reg.param_index))
+                seg += 1
+            value_offset += g * n
+        parts += [torch.cat(agg_stats, dim=1), torch.cat(sample_stats, dim=1),
+                  torch.cat(agg_vals, dim=1), torch.cat(sample_vals, dim=1)]
+        shapes["batch"] = (seg, value_offset)
+    if flat_caps:
+        vecs = [_as_float32(c.tensor.reshape(1, -1)) for c in flat_caps]
+        stats, value_vecs = [], []
+        seg, value_offset = 0, 0
+        for group in group_by_size(vecs):
+            stats.append(block_statistics(group.block)[0])  # [g, 9]
+            for i in group.members:
+                c = flat_caps[i]
                 off = -1
                 if c.reg.with_values:
-                    value_vecs.append(v)
+                    value_vecs.append(vecs[i][0])
                     off = value_offset
-                    value_offset += n
+                    value_offset += vecs[i].shape[1]
                 flat_meta.append(CaptureMeta(
                     c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
-                    c.recording_type, tuple(int(s) for s in c.tensor.shape),
-                    False, c.reg.with_values, seg, off, n, c.reg.param_index, "flat"))
-            x = torch.cat(vecs).unsqueeze(0)
-            seg_ids = segment_ids(sizes, x.device)
-            flat_stats = segment_statistics(x, seg_ids, sizes)[0]  # [S', 9]
-            parts.append(flat_stats)
-            parts.append(torch.cat(value_vecs) if value_vecs else x.new_zeros(0))
-            shapes["flat"] = (len(sizes), value_offset)
-        if not parts:
-            return np.zeros(0, np.float32), None
-        flat = torch.cat([p.reshape(-1) for p in parts]).to("cpu").numpy()
-        layout = (shapes, k, batch_meta, flat_meta)
-        return flat, layout
+                    c.recording_type, tuple(int(s) for s in c.tensor.shape), False,
+                    c.reg.with_values, seg, off, vecs[i].shape[1], c.reg.param_index, "flat"))
+                seg += 1
+        parts.append(torch.cat(stats, dim=0))
+        parts.append(torch.cat(value_vecs) if value_vecs else vecs[0].new_zeros(0))
+        shapes["flat"] = (seg, value_offset)
+    if not parts:
+        return np.zeros(0, np.float32), None
+    flat = torch.cat([p.reshape(-1) for p in parts]).cpu().numpy()
+    return flat, (shapes, k, batch_meta, flat_meta)
 
 
 def _rel_iteration(reg: _Registration, iteration: int):
