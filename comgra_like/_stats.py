@@ -10,6 +10,7 @@ first: those loop per index entry on the CPU and were 4-8x slower.)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -104,7 +105,7 @@ def top_singular_value(w: torch.Tensor, v: torch.Tensor | None, tol: float = 1e-
     for _ in range(max_iterations):
         u = w @ v
         new_sigma = float(u.norm())
-        if new_sigma == 0.0 or new_sigma != new_sigma:
+        if new_sigma == 0.0 or math.isnan(new_sigma):
             return new_sigma, v
         v = w.t() @ (u / new_sigma)
         v = v / v.norm().clamp_min(1e-30)

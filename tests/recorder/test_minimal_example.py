@@ -103,7 +103,8 @@ def test_minimal_example_round_trip(tmp_path):
                       "main_model.layer0.weight", "forward", "none")
     assert w.values is None  # parameters: statistics only, as in comgra
     assert abs(w.stats["mean"] - last["w_before"].mean().item()) < 1e-6
-    assert abs(w.stats["svd_top"] - torch.linalg.svdvals(last["w_before"])[0].item()) < 1e-4
+    top = torch.linalg.svdvals(last["w_before"])[0].item()
+    assert abs(w.stats["svd_top"] - top) < 1e-3 * top
     upd = g.read_tensor("example_trial", 90, -1, "main_model.layer0.weight",
                         "main_model.layer0.weight", "update", "none")
     delta = last["w_after"] - last["w_before"]

@@ -5,7 +5,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comgra_like._stats import STAT_NAMES, batch_aggregates, segment_ids, segment_statistics
+from comgra_like._stats import (
+    STAT_NAMES,
+    batch_aggregates,
+    block_statistics,
+    group_by_size,
+    top_singular_value,
+)
 from comgra_like.objects import DecisionMakerForRecordingsHardcoded
 from comgra_like.query import open_group
 from comgra_like.recorder import ComgraRecorder
@@ -27,18 +33,23 @@ shapes = st.lists(st.integers(1, 5), min_size=0, max_size=3).map(tuple)
 @settings(max_examples=60, deadline=None)
 @given(batch=st.integers(1, 6), value_shapes=st.lists(shapes, min_size=1, max_size=5),
        seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-3, 1.0, 1e3]))
-def test_segment_statistics_match_numpy(batch, value_shapes, seed, scale):
+def test_grouped_statistics_match_numpy(batch, value_shapes, seed, scale):
     rng = np.random.default_rng(seed)
     tensors = [rng.normal(size=(batch, *s)).astype(np.float32) * scale for s in value_shapes]
-    sizes = [int(np.prod(s)) for s in value_shapes]
-    x = torch.cat([torch.from_numpy(t).reshape(batch, -1) for t in tensors], dim=1)
-    got = segment_statistics(x, segment_ids(sizes, x.device), sizes).numpy()
-    assert got.shape == (batch, len(sizes), len(STAT_NAMES))
+    mats = [torch.from_numpy(t).reshape(batch, -1) for t in tensors]
+    groups = group_by_size(mats)
+    assert sorted(i for g in groups for i in g.members) == list(range(len(mats)))
+    got = {}
+    for g in groups:
+        stats = block_statistics(g.block).numpy()
+        assert stats.shape == (batch, len(g.members), len(STAT_NAMES))
+        for j, i in enumerate(g.members):
+            got[i] = stats[:, j]
     for s, t in enumerate(tensors):
         for b in range(batch):
             ref = numpy_stats(t[b])
             for k, name in enumerate(STAT_NAMES):
-                np.testing.assert_allclose(got[b, s, k], ref[name], rtol=2e-4,
+                np.testing.assert_allclose(got[s][b, k], ref[name], rtol=2e-4,
                                            atol=2e-6 * scale, err_msg=name)
 
 
@@ -55,12 +66,25 @@ def test_batch_aggregates_match_numpy(batch, n, seed):
 
 def test_nan_and_inf_are_counted_and_propagate_like_numpy():
     v = np.array([[1.0, np.nan, 3.0, np.inf, -np.inf, 2.0]], dtype=np.float32)
-    x = torch.from_numpy(v)
-    got = segment_statistics(x, segment_ids([6], x.device), [6])[0, 0].numpy()
+    got = block_statistics(torch.from_numpy(v))[0].numpy()
     stats = dict(zip(STAT_NAMES, got))
     assert stats["nan_count"] == 1 and stats["inf_count"] == 2
     for name in ("mean", "abs_max", "min", "max"):
         assert np.isnan(stats[name]), name
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 40), cols=st.integers(1, 40), seed=st.integers(0, 2**31 - 1))
+def test_top_singular_value_matches_numpy(rows, cols, seed):
+    w = np.random.default_rng(seed).normal(size=(rows, cols)).astype(np.float32)
+    ref = np.linalg.svd(w.astype(np.float64), compute_uv=False)[0]
+    sigma, v = top_singular_value(torch.from_numpy(w), None, tol=1e-9, max_iterations=5000)
+    assert abs(sigma - ref) <= 1e-3 * ref
+    # Warm start from the previous vector: a slightly changed matrix converges at once.
+    w2 = w + 1e-3 * np.random.default_rng(seed + 1).normal(size=w.shape).astype(np.float32)
+    ref2 = np.linalg.svd(w2.astype(np.float64), compute_uv=False)[0]
+    sigma2, _ = top_singular_value(torch.from_numpy(w2), v, tol=1e-9, max_iterations=5000)
+    assert abs(sigma2 - ref2) <= 1e-3 * ref2
 
 
 @settings(max_examples=15, deadline=None)
