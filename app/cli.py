@@ -1,0 +1,188 @@
+"""``comgra``: start the GUI on a group folder.
+
+comgra --path DIR [--port 8055] [--host 127.0.0.1] [--visualization-file FILE]
+       [--use-path-for-test-run] [--refresh SECONDS] [--cache-mb MB] [--debug]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .plugin import check_plugin_file
+
+DEFAULT_PORT = 8055
+DEFAULT_HOST = "127.0.0.1"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="comgra",
+        description="Explore recordings of comgra_like's ComgraRecorder in the browser. "
+        "The GUI reads new data while training is still running.",
+    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--path", type=Path, help="the group folder: <comgra_root_path>/<group> of the recorder"
+    )
+    where.add_argument(
+        "--use-path-for-test-run",
+        action="store_true",
+        help="open the group written by comgra-test-run (the tutorial), with its "
+        "example visualization",
+    )
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"interface to listen on; default {DEFAULT_HOST} (this machine only)",
+    )
+    parser.add_argument(
+        "--visualization-file",
+        type=Path,
+        default=None,
+        help="a Python file defining create_visualization(ctx) for the Visualization page",
+    )
+    parser.add_argument(
+        "--refresh",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often to look for new data (default 2)",
+    )
+    parser.add_argument(
+        "--cache-mb",
+        type=float,
+        default=256,
+        metavar="MB",
+        help="memory bound of the server-side caches (default 256)",
+    )
+    parser.add_argument("--debug", action="store_true", help="Dash dev tools and debug logging")
+    return parser
+
+
+def describe_path(path: Path) -> tuple[str, str | None]:
+    """('ok' | 'wait' | 'error', message) for a --path value, with a hint where it helps."""
+    if not path.exists():
+        return "wait", (
+            f"{path} does not exist yet. The GUI starts and shows the data as soon "
+            "as a recorder writes there (--path is <comgra_root_path>/<group>)."
+        )
+    if not path.is_dir():
+        return (
+            "error",
+            f"{path} is a file; --path must be a group folder (<comgra_root_path>/<group>).",
+        )
+    if (path / "trial.json").exists() and path.parent.name == "trials":
+        return "error", (
+            f"{path} is one trial; pass its group folder instead: --path {path.parent.parent}"
+        )
+    if path.name == "trials" and (path.parent / "trials").is_dir():
+        return "error", f"{path} is the trials folder; pass its group folder: --path {path.parent}"
+    trials = path / "trials"
+    if not trials.is_dir():
+        groups = (
+            sorted(p for p in path.iterdir() if (p / "trials").is_dir()) if path.is_dir() else []
+        )
+        if groups:
+            choices = ", ".join(str(g) for g in groups[:5])
+            return "error", (
+                f"{path} is not a group folder but contains groups: {choices}. "
+                f"Pass one of them, e.g. --path {groups[0]}"
+            )
+        return "wait", (
+            f"{path} has no recordings yet (no trials/ folder). The GUI starts and "
+            "waits for a recorder to write there."
+        )
+    if not any(p.is_dir() and not p.name.startswith(".") for p in trials.iterdir()):
+        return "wait", f"{path} has no trials yet. The GUI starts and waits for data."
+    return "ok", None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.debug:
+        logging.basicConfig(level=logging.DEBUG, format="comgra: %(levelname)s: %(message)s")
+    visualization_file = args.visualization_file
+    if args.use_path_for_test_run:
+        from comgra_like.scripts.tutorial import default_test_run_path, visualization_file_path
+
+        path = default_test_run_path()
+        if visualization_file is None and visualization_file_path().exists():
+            visualization_file = visualization_file_path()
+        if not path.exists():
+            print(
+                f"comgra: there is no test run at {path} yet; create it with `comgra-test-run`. "
+                "The GUI starts and waits for it.",
+                file=sys.stderr,
+            )
+    else:
+        path = args.path.expanduser()
+    path = path.absolute()
+
+    verdict, message = describe_path(path)
+    if verdict == "error":
+        print(f"comgra: error: {message}", file=sys.stderr)
+        return 2
+    if message and not args.use_path_for_test_run:
+        print(f"comgra: {message}", file=sys.stderr)
+
+    if args.refresh <= 0:
+        print("comgra: error: --refresh must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if args.cache_mb <= 0:
+        print("comgra: error: --cache-mb must be positive", file=sys.stderr)
+        return 2
+    if visualization_file is not None:
+        visualization_file = visualization_file.expanduser().absolute()
+        if not visualization_file.is_file():
+            print(
+                f"comgra: error: the visualization file {visualization_file} does not exist",
+                file=sys.stderr,
+            )
+            return 2
+        problem = check_plugin_file(visualization_file)
+        if problem:
+            print(
+                f"comgra: warning: {problem}\nThe Visualization page shows this error until the "
+                "file is fixed (it is re-imported when it changes).",
+                file=sys.stderr,
+            )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"comgra: warning: listening on {args.host}: anyone who can reach this machine "
+            "can read these recordings.",
+            file=sys.stderr,
+        )
+
+    from . import create_app
+
+    app = create_app(
+        path,
+        visualization_file=visualization_file,
+        refresh_seconds=args.refresh,
+        cache_bytes=int(args.cache_mb * 2**20),
+    )
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    print(
+        f"comgra: showing {path}\ncomgra: open http://{shown_host}:{args.port}/ (Ctrl+C stops)",
+        flush=True,
+    )
+    try:
+        app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False)
+    except OSError as exc:
+        print(
+            f"comgra: error: cannot listen on {args.host}:{args.port}: {exc}. "
+            "Is another comgra running? Try --port.",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""Tensors page: selectors, the dependency graph, and the value views of the selection.
+
+Three view callbacks, each listening to the selection store and the data status:
+the graph (full figure only when the graph structure changes, else a highlight Patch),
+the values (header, statistics table, per-neuron heatmap) and the series across steps
+(the step marker is patched when only the step changed). Each keeps a small key of
+what it shows and returns ``no_update`` when the key did not change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import dash
+from dash import Input, Output, Patch, dcc, html, no_update
+
+from comgra_like.errors import ComgraError
+
+from . import figures, ids, selectors
+from . import selection as sel
+from .graph_figure import build_graph_figure, highlight_patch
+from .state import AppState
+
+PATH = "/"
+NAME = "Tensors"
+
+GRAPH_CONFIG = {
+    "displaylogo": False,
+    "scrollZoom": True,
+    "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d", "toImage"],
+}
+# Value views: no mode bar (it would cover the legend); scroll to zoom, double-click resets.
+VIEW_CONFIG = {"displaylogo": False, "displayModeBar": False, "scrollZoom": True}
+VIEW_HEIGHT = None  # the CSS (.view-graph) sizes the value views
+# The plot size the graph figure is laid out for (labels and markers scale with it).
+GRAPH_WIDTH_PX = 960
+GRAPH_HEIGHT_PX = 420
+
+
+def card(title: Any, body: Any, class_name: str = "") -> html.Div:
+    return html.Div(
+        [html.Div(title, className="view-title"), html.Div(body, className="view-body")],
+        className=f"view-card {class_name}".strip(),
+    )
+
+
+def build() -> html.Div:
+    """The page layout (controls are filled by the selection callback)."""
+    statistic = dcc.Dropdown(
+        id=ids.selector("statistic"),
+        options=[{"label": s, "value": s} for s in sel.STATISTICS],
+        value="mean",
+        clearable=False,
+        searchable=False,
+        className="sel-dropdown statistic-dropdown",
+    )
+    return html.Div(
+        [
+            html.Aside(selectors.selector_panel(), className="tensors-left"),
+            html.Section(
+                [
+                    html.Div(
+                        dcc.Graph(
+                            id=ids.dependency_graph(),
+                            figure=figures.empty_figure("loading the dependency graph…"),
+                            config=GRAPH_CONFIG,
+                            responsive=True,
+                            className="dependency-graph",
+                        ),
+                        id=ids.GRAPH_CONTAINER,
+                        className="graph-box",
+                    ),
+                    html.Div(id=ids.VALUE_HEADER, className="value-header"),
+                    html.Div(
+                        [
+                            card("Statistics", html.Div(id=ids.STATS_TABLE), "stats-card"),
+                            card(
+                                "Values",
+                                dcc.Graph(
+                                    id=ids.NEURONS,
+                                    config=VIEW_CONFIG,
+                                    responsive=True,
+                                    figure=figures.empty_figure(""),
+                                    className="view-graph",
+                                    style={"height": "var(--view-height)"},
+                                ),
+                                "neurons-card",
+                            ),
+                            card(
+                                html.Div(
+                                    [html.Span("Across steps", className="me-2"), statistic],
+                                    className="d-flex align-items-center",
+                                ),
+                                dcc.Graph(
+                                    id=ids.series_graph(),
+                                    config=VIEW_CONFIG,
+                                    responsive=True,
+                                    figure=figures.empty_figure(""),
+                                    className="view-graph",
+                                    style={"height": "var(--view-height)"},
+                                ),
+                                "series-card",
+                            ),
+                        ],
+                        className="value-views",
+                    ),
+                    dcc.Store(id=ids.GRAPH_KEY, storage_type="memory"),
+                    dcc.Store(id=ids.VALUES_KEY, storage_type="memory"),
+                    dcc.Store(id=ids.SERIES_KEY, storage_type="memory"),
+                ],
+                className="tensors-main",
+            ),
+        ],
+        className="tensors-page",
+    )
+
+
+# --- pure pieces ----------------------------------------------------------------------
+
+
+def is_complete(current: Mapping[str, Any] | None) -> bool:
+    return bool(current) and all(current.get(f) is not None for f in sel.CHAIN)
+
+
+def value_header(
+    current: Mapping[str, Any], type_of_execution: str | None, kind: str | None, shape: Any
+) -> list:
+    """The line above the value views: what exactly is shown."""
+    items = [
+        ("trial", current.get("trial")),
+        ("step", current.get("training_step")),
+        ("iteration", current.get("iteration")),
+        ("type", type_of_execution),
+        ("node", current.get("node")),
+        ("role", current.get("role")),
+        ("kind", kind),
+        ("shape", figures.format_shape(shape) if shape is not None else None),
+        ("recording", sel.option_label("recording_type", current.get("recording_type") or "")),
+        ("of", sel.option_label("aggregation", current.get("aggregation") or "")),
+    ]
+    return [
+        html.Span(
+            [
+                html.Span(label, className="hdr-label"),
+                " ",
+                html.Span(str(value), className="hdr-value"),
+            ],
+            className="hdr-item",
+            **{"data-label": label},
+        )
+        for label, value in items
+        if value not in (None, "")
+    ]
+
+
+def statistics_table(stats: Mapping[str, float]) -> html.Table:
+    rows = figures.statistics_rows(stats)
+    return html.Table(
+        html.Tbody(
+            [
+                html.Tr([html.Th(label, scope="row"), html.Td(value)], **{"data-statistic": name})
+                for name, label, value in rows
+            ]
+        ),
+        className="table table-sm stats-table mb-0",
+    )
+
+
+def _message(text: str) -> html.Div:
+    return html.Div(text, className="text-muted small p-2")
+
+
+# --- callbacks ------------------------------------------------------------------------
+
+
+def register_callbacks(app: dash.Dash, state: AppState) -> None:
+    @app.callback(
+        Output(ids.dependency_graph(), "figure"),
+        Output(ids.GRAPH_KEY, "data"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.GRAPH_KEY, "data"),  # inside the page: fires when the page is shown
+    )
+    def draw_graph(selection: dict | None, shown: dict | None) -> tuple:
+        started = time.perf_counter()
+        current = (selection or {}).get("current") or {}
+        trial, step, iteration = (
+            current.get("trial"),
+            current.get("training_step"),
+            current.get("iteration"),
+        )
+        if trial is None or step is None or iteration is None:
+            message = "no recorded steps yet" if trial else "no trials yet"
+            key = {"graph": None, "message": message}
+            if shown == key:
+                return no_update, no_update
+            return figures.empty_figure(message), key
+        model = state.graph_model(trial, step, iteration)
+        if model is None:
+            key = {"graph": None, "message": "graph not written yet"}
+            return (
+                (figures.empty_figure("the graph of this step is not written yet"), key)
+                if shown != key
+                else (no_update, no_update)
+            )
+        graph_key = [model.graph_hash, iteration]
+        node, role = current.get("node"), current.get("role")
+        key = {"graph": graph_key, "node": node, "role": role}
+        if shown == key:
+            return no_update, no_update
+        if shown and shown.get("graph") == graph_key:
+            result = highlight_patch(model, node, role)
+            state.timings.record("graph_patch", time.perf_counter() - started)
+            return result, key
+        figure = build_graph_figure(
+            model,
+            selected_node=node,
+            selected_role=role,
+            width_px=GRAPH_WIDTH_PX,
+            height_px=GRAPH_HEIGHT_PX,
+        )
+        state.timings.record("graph_figure", time.perf_counter() - started)
+        return figure, key
+
+    @app.callback(
+        Output(ids.VALUE_HEADER, "children"),
+        Output(ids.STATS_TABLE, "children"),
+        Output(ids.NEURONS, "figure"),
+        Output(ids.VALUES_KEY, "data"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        Input(ids.VALUES_KEY, "data"),  # inside the page: fires when the page is shown
+    )
+    def show_values(selection: dict | None, _status: Any, shown: Any) -> tuple:
+        started = time.perf_counter()
+        current = (selection or {}).get("current") or {}
+        key = [current, _live_version(state, current)]
+        if key == shown:
+            return no_update, no_update, no_update, no_update
+        info = (
+            state.steps(current.get("trial")).get(current.get("training_step"))
+            if current.get("trial")
+            else None
+        )
+        toe = info.type_of_execution if info else None
+        if not is_complete(current):
+            text = (
+                "Select a node in the graph."
+                if current.get("training_step") is not None
+                else "Nothing recorded yet."
+            )
+            return (
+                value_header(current, toe, None, None),
+                _message(text),
+                figures.empty_figure(text, VIEW_HEIGHT),
+                key,
+            )
+        node = state.graph_node(
+            current["trial"], current["training_step"], current["iteration"], current["node"]
+        )
+        kind = node.kind if node is not None else None
+        try:
+            record = state.read_tensor(current)
+        except ComgraError as exc:
+            return (
+                value_header(current, toe, kind, None),
+                _message(str(exc)),
+                figures.empty_figure("not recorded", VIEW_HEIGHT),
+                key,
+            )
+        figure = figures.neuron_figure(record.values, height=VIEW_HEIGHT)
+        state.timings.record("values", time.perf_counter() - started)
+        return (
+            value_header(current, toe, record.kind or kind, record.shape),
+            statistics_table(record.stats),
+            figure,
+            key,
+        )
+
+    @app.callback(
+        Output(ids.series_graph(), "figure"),
+        Output(ids.SERIES_KEY, "data"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        Input(ids.SERIES_KEY, "data"),  # inside the page: fires when the page is shown
+    )
+    def show_series(selection: dict | None, _status: Any, shown: Any) -> tuple:
+        started = time.perf_counter()
+        selection = selection or {}
+        current = selection.get("current") or {}
+        statistic = selection.get("statistic") or "mean"
+        step = current.get("training_step")
+        what = {f: current.get(f) for f in sel.CHAIN if f != "training_step"}
+        key = {
+            "what": what,
+            "statistic": statistic,
+            "version": state.trial_version(current.get("trial")),
+            "step": step,
+        }
+        if key == shown:
+            return no_update, no_update
+        if shown and {k: v for k, v in shown.items() if k != "step"} == {
+            k: v for k, v in key.items() if k != "step"
+        }:
+            patch = Patch()
+            patch["layout"]["shapes"] = figures.step_marker_shapes(step)
+            return patch, key
+        if not is_complete(current):
+            return figures.empty_figure("", VIEW_HEIGHT), key
+        try:
+            frame = state.read_series(current, statistic)
+        except ComgraError as exc:
+            return figures.empty_figure(str(exc), VIEW_HEIGHT), key
+        figure = figures.series_figure(frame, statistic, step, height=VIEW_HEIGHT)
+        figure["layout"]["uirevision"] = str(what)  # zoom survives step changes
+        state.timings.record("series", time.perf_counter() - started)
+        return figure, key
+
+
+def _live_version(state: AppState, current: Mapping[str, Any]) -> int:
+    """The trial's data version if the shown step may still be filling, else 0.
+
+    Only the newest step of a trial can get more rows; older steps never change, so
+    their views do not re-render when new steps arrive.
+    """
+    trial, step = current.get("trial"), current.get("training_step")
+    if trial is None or step is None:
+        return state.trial_version(trial)
+    steps = state.steps(trial)
+    if steps and step == max(steps):
+        return state.trial_version(trial)
+    return 0

@@ -1,0 +1,93 @@
+"""Visualization page: the user's plugin (``--visualization-file``) for the current selection."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import dash
+from dash import Input, Output, dcc, html, no_update
+
+from . import ids
+from . import selection as sel
+from .plugin import VisualizationContext, VisualizationPlugin
+from .state import AppState
+
+PATH = "/visualization"
+NAME = "Visualization"
+
+
+def build() -> html.Div:
+    return html.Div(
+        [
+            html.Div(id=ids.VISUALIZATION, className="visualization-output"),
+            dcc.Store(id=ids.VISUALIZATION_KEY, storage_type="memory"),
+        ],
+        className="page-padded",
+    )
+
+
+def context_for(state: AppState, current: dict) -> VisualizationContext:
+    """The plugin's view of the selection (node/role resolved to where the data is stored)."""
+    trial, step, iteration = (
+        current.get("trial"),
+        current.get("training_step"),
+        current.get("iteration"),
+    )
+    info = state.steps(trial).get(step) if trial is not None else None
+    node_name, role, data_iteration = current.get("node"), current.get("role"), iteration
+    node = (
+        state.graph_node(trial, step, iteration, node_name)
+        if None not in (trial, step, iteration, node_name)
+        else None
+    )
+    if node is not None and role is not None:
+        node_name, role, data_iteration = state.data_location(node, role)
+    aggregation, sample_index = (
+        sel.parse_aggregation(current["aggregation"]) if current.get("aggregation") else (None, -1)
+    )
+    return VisualizationContext(
+        trial_id=trial,
+        training_step=step,
+        type_of_execution=info.type_of_execution if info else None,
+        iteration=iteration,
+        node=node_name,
+        role=role,
+        recording_type=current.get("recording_type"),
+        aggregation=aggregation,
+        sample_index=sample_index,
+        query=state.group,
+        data_iteration=data_iteration,
+    )
+
+
+def register_callbacks(app: dash.Dash, state: AppState, plugin: VisualizationPlugin | None) -> None:
+    @app.callback(
+        Output(ids.VISUALIZATION, "children"),
+        Output(ids.VISUALIZATION_KEY, "data"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        Input(ids.VISUALIZATION_KEY, "data"),  # inside the page: fires when the page is shown
+    )
+    def show_visualization(selection: dict | None, status: Any, shown: Any) -> tuple:
+        if plugin is None:
+            return html.P(
+                [
+                    "No visualization file was given. Start the GUI with ",
+                    html.Code("--visualization-file FILE"),
+                    " (a Python file defining ",
+                    html.Code("create_visualization(ctx)"),
+                    ").",
+                ],
+                className="text-muted",
+            ), None
+        current = (selection or {}).get("current") or {}
+        key = [current, plugin.mtime(), state.trial_version(current.get("trial"))]
+        if key == shown:
+            return no_update, no_update
+        started = time.perf_counter()
+        content = plugin.render(context_for(state, current))
+        state.timings.record("plugin", time.perf_counter() - started)
+        return html.Div(
+            [html.Div(f"{plugin.path.name}", className="text-muted small mb-1"), content]
+        ), key

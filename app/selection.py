@@ -1,0 +1,288 @@
+"""What the Tensors page shows, and how the selection relaxes when a choice becomes invalid.
+
+Pure logic: no Dash, no file access. The selection is a small JSON-able dict kept in
+the browser session (a ``dcc.Store``)::
+
+    {"wanted": {field: value}, "current": {field: value}, "statistic": "mean"}
+
+``current`` is what is shown. ``wanted`` is what the user last chose for each field;
+it survives detours. If a user looks at "Sample 10", clicks a parameter (which has no
+batch dimension, so the aggregation relaxes to "none") and then clicks an activation
+again, "Sample 10" comes back.
+
+The fields form a chain: the options of a field depend only on the fields before it
+(:data:`CHAIN`). :func:`relax` finds the valid combination nearest to ``wanted`` by a
+depth-first search over the chain, trying each field's options nearest-first, so that
+fields early in the chain change least. The field the user just chose is kept fixed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+#: Selector fields in dependency order: each field's options depend on the ones before.
+CHAIN: tuple[str, ...] = (
+    "trial",
+    "type_of_execution",
+    "training_step",
+    "iteration",
+    "node",
+    "role",
+    "recording_type",
+    "aggregation",
+)
+
+#: The "type of execution" option that does not filter training steps.
+ANY_TYPE = "any"
+
+#: Statistics offered for the series across steps (names of the query API's columns).
+STATISTICS: tuple[str, ...] = (
+    "mean",
+    "abs_mean",
+    "std",
+    "abs_max",
+    "min",
+    "max",
+    "norm",
+    "nan_count",
+    "inf_count",
+    "svd_top",
+    "update_ratio",
+)
+
+BATCH_AGGREGATIONS: tuple[str, ...] = ("batch_mean", "batch_abs_max", "batch_std")
+
+_SAMPLE_KEY = re.compile(r"^sample:(\d+)$")
+
+Selection = dict[str, Any]
+
+
+class OptionSource(Protocol):
+    """Where the valid values of each field come from (the recordings)."""
+
+    def options(self, field: str, upstream: Mapping[str, Any]) -> Sequence[Any]:
+        """Valid values of ``field`` given the values of the fields before it in CHAIN."""
+        ...
+
+
+# --- aggregation keys -----------------------------------------------------------------
+
+
+def aggregation_key(aggregation: str, sample_index: int = -1) -> str:
+    """One selector value for an (aggregation, sample_index) pair: 'batch_mean', 'sample:3'."""
+    if aggregation == "sample":
+        return f"sample:{int(sample_index)}"
+    return aggregation
+
+
+def parse_aggregation(key: str) -> tuple[str, int]:
+    """Inverse of :func:`aggregation_key`: 'sample:3' -> ('sample', 3), 'none' -> ('none', -1)."""
+    match = _SAMPLE_KEY.match(key)
+    if match:
+        return "sample", int(match.group(1))
+    return key, -1
+
+
+def aggregation_sort_key(key: str) -> tuple[int, int, str]:
+    """Batch aggregations first, then samples in natural order (2 before 10), then 'none'."""
+    aggregation, sample_index = parse_aggregation(key)
+    if aggregation in BATCH_AGGREGATIONS:
+        return (0, BATCH_AGGREGATIONS.index(aggregation), "")
+    if aggregation == "sample":
+        return (1, sample_index, "")
+    if aggregation == "none":
+        return (2, 0, "")
+    return (3, 0, aggregation)
+
+
+def recording_type_sort_key(recording_type: str) -> tuple[int, str]:
+    """forward, then the gradient groups by name, then update."""
+    if recording_type == "forward":
+        return (0, "")
+    if recording_type.startswith("gradient:"):
+        return (1, recording_type)
+    if recording_type == "update":
+        return (2, "")
+    return (3, recording_type)
+
+
+def option_label(field: str, value: Any) -> str:
+    """The text a selector shows for ``value``."""
+    if field == "aggregation":
+        aggregation, sample_index = parse_aggregation(str(value))
+        return {
+            "batch_mean": "mean over batch",
+            "batch_abs_max": "abs max over batch",
+            "batch_std": "std over batch",
+            "sample": f"Sample {sample_index}",
+            "none": "no batch dimension",
+        }.get(aggregation, str(value))
+    if field == "recording_type" and str(value).startswith("gradient:"):
+        return f"gradient ({str(value)[len('gradient:') :]})"
+    if field == "type_of_execution" and value == ANY_TYPE:
+        return "any"
+    return str(value)
+
+
+# --- ranking: which option is "nearest" to what the user wanted ------------------------
+
+
+def rank_options(field: str, options: Sequence[Any], wanted: Any) -> list[Any]:
+    """``options`` ordered nearest-first to ``wanted`` (the natural order if nothing is wanted)."""
+    options = list(options)
+    if field in ("training_step", "iteration"):
+        if wanted is None:
+            return sorted(options)
+        return sorted(options, key=lambda v: (abs(v - wanted), v))
+    if field == "aggregation":
+        return sorted(options, key=lambda v: _aggregation_distance(v, wanted))
+    if field == "recording_type":
+        return sorted(options, key=lambda v: (v != wanted, recording_type_sort_key(v)))
+    if field == "type_of_execution":
+        return sorted(options, key=lambda v: (v != wanted, v != ANY_TYPE))
+    # trial, node, role: the wanted one, else the natural order of the options
+    return sorted(options, key=lambda v: v != wanted)
+
+
+def _aggregation_distance(key: str, wanted: str | None) -> tuple:
+    if key == wanted:
+        return (0,)
+    aggregation, sample_index = parse_aggregation(key)
+    if wanted is not None:
+        wanted_aggregation, wanted_sample = parse_aggregation(wanted)
+        if aggregation == wanted_aggregation == "sample":
+            return (1, abs(sample_index - wanted_sample), sample_index)
+    # batch_mean is the most common view; then the other batch views, samples, 'none'
+    return (2, *aggregation_sort_key(key))
+
+
+# --- relaxation -----------------------------------------------------------------------
+
+
+def relax(
+    wanted: Mapping[str, Any],
+    source: OptionSource,
+    keep: str | None = None,
+    max_visits: int = 20_000,
+) -> Selection:
+    """The valid selection nearest to ``wanted``, keeping the field ``keep`` as wanted.
+
+    Depth-first over CHAIN, each field's options nearest-first: an earlier field only
+    changes when no value of the later fields fits. If ``wanted[keep]`` is impossible,
+    ``keep`` is ignored. If no complete combination exists (a trial without recorded
+    steps yet), the deepest partial one is returned with the rest set to None.
+    """
+    visits = 0
+    deepest: dict[str, Any] = {}
+
+    def search(depth: int, assigned: dict[str, Any], keep_field: str | None) -> dict | None:
+        nonlocal visits, deepest
+        if depth == len(CHAIN):
+            return assigned
+        field = CHAIN[depth]
+        options = list(source.options(field, assigned))
+        if field == keep_field:
+            candidates = [wanted.get(field)] if wanted.get(field) in options else []
+        else:
+            candidates = rank_options(field, options, wanted.get(field))
+        for value in candidates:
+            visits += 1
+            if visits > max_visits:
+                return None
+            extended = {**assigned, field: value}
+            if len(extended) > len(deepest):
+                deepest = extended
+            found = search(depth + 1, extended, keep_field)
+            if found is not None:
+                return found
+        return None
+
+    result = search(0, {}, keep) if keep is not None else None
+    if result is None:
+        visits = 0
+        result = search(0, {}, None)
+    if result is None:
+        result = deepest
+    return {field: result.get(field) for field in CHAIN}
+
+
+def initial_state() -> dict[str, Any]:
+    """The selection of a new browser session: nothing chosen yet."""
+    return {
+        "wanted": {field: None for field in CHAIN} | {"type_of_execution": ANY_TYPE},
+        "current": {field: None for field in CHAIN},
+        "statistic": "mean",
+    }
+
+
+def _normalized(state: Mapping[str, Any] | None) -> dict[str, Any]:
+    base = initial_state()
+    if not state:
+        return base
+    return {
+        "wanted": {**base["wanted"], **dict(state.get("wanted") or {})},
+        "current": {**base["current"], **dict(state.get("current") or {})},
+        "statistic": state.get("statistic") or base["statistic"],
+    }
+
+
+def refresh(state: Mapping[str, Any] | None, source: OptionSource) -> dict[str, Any]:
+    """Re-validate ``state`` against the data (new trials, steps, graphs) without a user choice."""
+    new = _normalized(state)
+    new["current"] = relax(new["wanted"], source)
+    return new
+
+
+def choose(
+    state: Mapping[str, Any] | None, field: str, value: Any, source: OptionSource
+) -> dict[str, Any]:
+    """The user chose ``value`` for ``field``: keep it and relax the other fields."""
+    new = _normalized(state)
+    if field == "statistic":
+        new["statistic"] = value
+        return new
+    if field not in CHAIN:
+        raise ValueError(f"unknown selector field {field!r}; expected one of {CHAIN}")
+    # The fields the user did not touch now want what they currently show, except that
+    # downstream fields keep their older wishes (so a detour through a parameter node
+    # does not forget "Sample 10").
+    index = CHAIN.index(field)
+    for earlier in CHAIN[:index]:
+        if new["current"].get(earlier) is not None:
+            new["wanted"][earlier] = new["current"][earlier]
+    new["wanted"][field] = value
+    new["current"] = relax(new["wanted"], source, keep=field)
+    return new
+
+
+def nudge(
+    state: Mapping[str, Any] | None, field: str, delta: int, source: OptionSource
+) -> dict[str, Any]:
+    """◀ / ▶: move ``field`` to the previous/next of its current options (clamped)."""
+    new = _normalized(state)
+    options = field_options(new["current"], field, source)
+    if not options:
+        return new
+    current = new["current"].get(field)
+    if current in options:
+        position = options.index(current) + delta
+    else:
+        position = 0 if delta > 0 else len(options) - 1
+    position = max(0, min(len(options) - 1, position))
+    return choose(new, field, options[position], source)
+
+
+def field_options(current: Mapping[str, Any], field: str, source: OptionSource) -> list[Any]:
+    """The options a selector lists: valid given the current values of the fields before it."""
+    index = CHAIN.index(field)
+    upstream = {f: current.get(f) for f in CHAIN[:index]}
+    if any(v is None for v in upstream.values()):
+        return []
+    return list(source.options(field, upstream))
+
+
+def all_options(current: Mapping[str, Any], source: OptionSource) -> dict[str, list[Any]]:
+    """Options of every field for the current selection."""
+    return {field: field_options(current, field, source) for field in CHAIN}

@@ -1,0 +1,515 @@
+"""Server-side data access of one GUI: the group, refreshes, and a bounded cache.
+
+One :class:`AppState` per ``create_app`` call, shared by every browser session of that
+app (selection state lives in the browser; only data lives here). Everything goes
+through the query API (``comgra_like.query``); nothing here opens a file.
+
+Caches: the query API's own LRU cache holds the raw tables (3/4 of ``cache_bytes``);
+this module's :class:`ByteLRU` (the remaining 1/4) holds what the GUI derives from them
+(option indexes, graph layouts, series). Derived entries are keyed by the trial's data
+version, so a refresh that finds new data for a trial makes them stale by construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from comgra_like.errors import ComgraError, NotFoundError
+
+from . import selection as sel
+from .graph_figure import GraphFigureModel, build_graph_model
+
+DEFAULT_CACHE_BYTES = 256 * 2**20
+log = logging.getLogger("comgra_like.app")
+
+
+class ByteLRU:
+    """A least-recently-used cache bounded by the (estimated) bytes of its values. Thread-safe."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.bytes = 0
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return default
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: Any, value: Any, size: int) -> None:
+        with self._lock:
+            if key in self._items:
+                self.bytes -= self._items.pop(key)[1]
+            if size > self.max_bytes:
+                return  # larger than the whole cache: not worth evicting everything
+            self._items[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, evicted) = self._items.popitem(last=False)
+                self.bytes -= evicted
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def estimate_bytes(value: Any) -> int:
+    """A rough size for the cache bound (frames and arrays exactly, the rest by count)."""
+    if isinstance(value, pd.DataFrame):
+        return int(value.memory_usage(index=True, deep=False).sum()) + 256
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes + 128
+    if isinstance(value, Mapping):
+        return 256 + sum(estimate_bytes(k) + estimate_bytes(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return 64 + sum(estimate_bytes(v) for v in value)
+    return sys.getsizeof(value, 64)
+
+
+class Timings:
+    """The last server times of named callbacks (for the debug log and benchmarks)."""
+
+    def __init__(self, keep: int = 200):
+        self.keep = keep
+        self._values: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, name: str, seconds: float) -> None:
+        with self._lock:
+            values = self._values.setdefault(name, [])
+            values.append(seconds)
+            del values[: -self.keep]
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """name -> count, median and max in milliseconds."""
+        with self._lock:
+            out = {}
+            for name, values in self._values.items():
+                ordered = sorted(values)
+                out[name] = {
+                    "count": len(values),
+                    "median_ms": 1000 * ordered[len(ordered) // 2],
+                    "max_ms": 1000 * ordered[-1],
+                }
+            return out
+
+
+@dataclass(frozen=True)
+class DataStatus:
+    """What the live-status badge and the banners show."""
+
+    version: int
+    trial_statuses: tuple[tuple[str, str], ...]
+    last_data_time: float | None
+    skipped: tuple[tuple[str, str], ...]
+    problem: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "trials": dict(self.trial_statuses),
+            "last_data": self.last_data_time,
+            "skipped": [list(s) for s in self.skipped],
+            "problem": self.problem,
+        }
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One recorded training step of a trial: its type and the graph of each iteration."""
+
+    training_step: int
+    type_of_execution: str
+    graph_hashes: Mapping[int, str]
+    batch_size: int
+    sample_indices: tuple[int, ...]
+    sample_categories: Mapping[int, str]  # recorded batch index -> category (dynamic recording)
+
+
+def _as_list(value: Any) -> list:
+    return [] if value is None else list(value)
+
+
+class AppState:
+    """The data side of one GUI: the group (opened lazily), refreshes, derived caches."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        refresh_seconds: float = 2.0,
+        open_group: Callable[..., Any] | None = None,
+    ):
+        self.path = Path(path).expanduser()
+        self.refresh_seconds = float(refresh_seconds)
+        self.query_cache_bytes = int(cache_bytes * 3 // 4)
+        self.cache = ByteLRU(int(cache_bytes) - self.query_cache_bytes)
+        if open_group is None:
+            from comgra_like.query import open_group
+        self._open_group = open_group
+        self._group: Any = None
+        self._problem: str | None = None
+        self._lock = threading.RLock()
+        self._last_refresh = 0.0
+        self._last_data_time: float | None = None
+        self._trial_versions: dict[str, int] = {}
+        self.timings = Timings()
+        self._prefetch_queue: queue.Queue = queue.Queue()
+        self._prefetch_thread: threading.Thread | None = None
+        self._prefetching: set[tuple] = set()
+        self._prefetch_lock = threading.Lock()  # not _lock: a slow refresh must not block it
+        self.refresh(force=True)
+
+    # --- refresh ----------------------------------------------------------------------
+
+    @property
+    def group(self) -> Any:
+        """The query API's Group, or None while the path does not exist yet."""
+        return self._group
+
+    def refresh(self, force: bool = False) -> DataStatus:
+        """Look for new data (at most twice per refresh interval, whoever asks) and report."""
+        with self._lock:
+            now = time.monotonic()
+            if force or now - self._last_refresh >= self.refresh_seconds / 2:
+                self._last_refresh = now
+                self._refresh_now()
+            return self.status()
+
+    def _refresh_now(self) -> None:
+        if self._group is None:
+            try:
+                self._group = self._open_group(self.path, cache_bytes=self.query_cache_bytes)
+            except ComgraError as exc:
+                self._problem = str(exc)
+                return
+            except OSError as exc:
+                self._problem = f"{self.path} cannot be read: {exc}"
+                return
+            self._problem = None
+            trials = [t.trial_id for t in self._group.list_trials()]
+            for trial_id in trials:
+                self._trial_versions[trial_id] = 1
+            if trials:
+                self._last_data_time = time.time()
+            return
+        try:
+            report = self._group.refresh()
+        except (ComgraError, OSError) as exc:
+            self._problem = f"Reading {self.path} failed: {exc}"
+            return
+        self._problem = None
+        touched = list(report.new_trials) + list(report.changed_trials)
+        for trial_id in touched:
+            self._trial_versions[trial_id] = self._trial_versions.get(trial_id, 0) + 1
+        if touched:
+            self._last_data_time = time.time()
+
+    def status(self) -> DataStatus:
+        group = self._group
+        if group is None:
+            return DataStatus(0, (), None, (), self._problem)
+        skipped = tuple((str(s.path), str(s.reason)) for s in group.skipped)
+        problem = self._problem
+        trials = tuple((t.trial_id, str(t.status)) for t in group.list_trials())
+        if problem is None and not trials:
+            problem = f"No trials in {self.path} yet; waiting for the recorder to write some."
+        return DataStatus(int(group.version), trials, self._last_data_time, skipped, problem)
+
+    def trial_version(self, trial_id: str | None) -> int:
+        """Grows whenever a refresh found something new in the trial (0: unknown trial)."""
+        return self._trial_versions.get(trial_id, 0) if trial_id else 0
+
+    # --- cached reads -----------------------------------------------------------------
+
+    def _cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        missing = object()
+        value = self.cache.get(key, missing)
+        if value is missing:
+            value = compute()
+            if value is not None:  # "not there yet" must be asked again next time
+                self.cache.put(key, value, estimate_bytes(value))
+        return value
+
+    def trial_ids(self) -> list[str]:
+        if self._group is None:
+            return []
+        return [t.trial_id for t in self._group.list_trials()]
+
+    def trial_info(self, trial_id: str) -> Any | None:
+        if self._group is None:
+            return None
+        return next((t for t in self._group.list_trials() if t.trial_id == trial_id), None)
+
+    def steps(self, trial_id: str) -> dict[int, StepInfo]:
+        """The recorded steps of a trial, by training step (sorted)."""
+        if self._group is None or trial_id not in self.trial_ids():
+            return {}
+        key = ("steps", trial_id, self.trial_version(trial_id))
+        return self._cached(key, lambda: self._build_steps(trial_id))
+
+    def _build_steps(self, trial_id: str) -> dict[int, StepInfo]:
+        frame = self._group.list_steps(trial_id)
+        steps: dict[int, StepInfo] = {}
+        for step, rows in frame.sort_values(["training_step", "iteration"]).groupby(
+            "training_step", sort=True
+        ):
+            first = rows.iloc[0]
+            samples = [int(i) for i in _as_list(first["sample_indices"])]
+            categories = [str(c) for c in _as_list(first["sample_categories"])]
+            steps[int(step)] = StepInfo(
+                training_step=int(step),
+                type_of_execution=str(first["type_of_execution"]),
+                graph_hashes={int(r.iteration): str(r.graph_hash) for r in rows.itertuples()},
+                batch_size=int(first["batch_size"]),
+                sample_indices=tuple(samples),
+                sample_categories={i: c for i, c in zip(samples, categories) if c},
+            )
+        return steps
+
+    def graph(self, trial_id: str, training_step: int, iteration: int) -> Any | None:
+        """The dependency graph of a step and iteration (None if not on disk yet)."""
+        info = self.steps(trial_id).get(training_step)
+        if info is None or iteration not in info.graph_hashes:
+            return None
+        digest = info.graph_hashes[iteration]
+
+        def read() -> Any:
+            try:
+                return self._group.read_graph(trial_id, training_step, iteration)
+            except NotFoundError:
+                return None
+
+        # A graph's content (and its node iterations) is fixed by its hash and iteration.
+        graph = self._cached(("graph", trial_id, digest, iteration), read)
+        return graph
+
+    def graph_model(
+        self, trial_id: str, training_step: int, iteration: int
+    ) -> GraphFigureModel | None:
+        """Layout and indexes of a graph for the figure (computed once per graph structure)."""
+        graph = self.graph(trial_id, training_step, iteration)
+        if graph is None:
+            return None
+        return self._cached(
+            ("graph_model", graph.graph_hash, iteration), lambda: build_graph_model(graph)
+        )
+
+    def graph_node(
+        self, trial_id: str, training_step: int, iteration: int, name: str
+    ) -> Any | None:
+        graph = self.graph(trial_id, training_step, iteration)
+        if graph is None:
+            return None
+        return next((n for n in graph.nodes if n.name == name), None)
+
+    def tensor_index(self, trial_id: str, training_step: int) -> dict[tuple, dict[str, list[str]]]:
+        """What a step recorded: (iteration, node, role) -> recording type -> aggregation keys."""
+        key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
+
+        def build() -> dict:
+            try:
+                frame = self._group.list_tensors(trial_id, training_step)
+            except NotFoundError:
+                return {}
+            index: dict[tuple, dict[str, set[str]]] = {}
+            columns = ["iteration", "node", "role", "recording_type", "aggregation", "sample_index"]
+            for it, node, role, rt, agg, sample in frame[columns].itertuples(index=False):
+                by_type = index.setdefault((int(it), str(node), str(role)), {})
+                by_type.setdefault(str(rt), set()).add(sel.aggregation_key(str(agg), int(sample)))
+            return {
+                k: {rt: sorted(aggs, key=sel.aggregation_sort_key) for rt, aggs in v.items()}
+                for k, v in index.items()
+            }
+
+        return self._cached(key, build)
+
+    def data_location(self, node: Any, role: str) -> tuple[str, str, int]:
+        """(node, role, iteration) where a graph node's tensor is stored (follows aliases)."""
+        alias = (getattr(node, "alias_of", None) or {}).get(role)
+        if alias:
+            return str(alias[0]), str(alias[1]), int(alias[2])
+        return str(getattr(node, "node", node.name)), role, int(node.iteration)
+
+    def recorded(
+        self, trial_id: str, training_step: int, node: Any, role: str
+    ) -> dict[str, list[str]]:
+        """Recording type -> aggregation keys recorded for one role of a graph node."""
+        stored_node, stored_role, iteration = self.data_location(node, role)
+        return self.tensor_index(trial_id, training_step).get(
+            (iteration, stored_node, stored_role), {}
+        )
+
+    def read_tensor(self, current: Mapping[str, Any]) -> Any:
+        """The TensorRecord of a complete selection (raises NotFoundError)."""
+        node = self.graph_node(
+            current["trial"], current["training_step"], current["iteration"], current["node"]
+        )
+        if node is None:
+            raise NotFoundError(f"node {current['node']!r} is not in this graph")
+        stored_node, stored_role, iteration = self.data_location(node, current["role"])
+        aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
+        return self._group.read_tensor(
+            current["trial"],
+            current["training_step"],
+            iteration,
+            stored_node,
+            stored_role,
+            current["recording_type"],
+            aggregation,
+            sample_index,
+        )
+
+    def read_series(self, current: Mapping[str, Any], statistic: str) -> pd.DataFrame:
+        """The statistic of the selected tensor over all recorded steps (cached per version)."""
+        node = self.graph_node(
+            current["trial"], current["training_step"], current["iteration"], current["node"]
+        )
+        if node is None:
+            raise NotFoundError(f"node {current['node']!r} is not in this graph")
+        stored_node, stored_role, iteration = self.data_location(node, current["role"])
+        aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
+        toe = current.get("type_of_execution")
+        toe = None if toe in (None, sel.ANY_TYPE) else toe
+        # Iterations are relative for nodes of a recurrent graph: a node stored at the
+        # current iteration is followed at that iteration; step-level data at -1.
+        key = (
+            "series",
+            current["trial"],
+            self.trial_version(current["trial"]),
+            stored_node,
+            stored_role,
+            iteration,
+            current["recording_type"],
+            aggregation,
+            sample_index,
+            statistic,
+            toe,
+        )
+        return self._cached(
+            key,
+            lambda: self._group.read_series(
+                current["trial"],
+                stored_node,
+                stored_role,
+                current["recording_type"],
+                aggregation,
+                statistic,
+                iteration=iteration,
+                sample_index=sample_index,
+                type_of_execution=toe,
+            ),
+        )
+
+    def modules(self, trial_id: str) -> list[Any]:
+        return self._group.read_modules(trial_id) if self._group is not None else []
+
+    def notes(self, trial_id: str) -> list[Any]:
+        return self._group.read_notes(trial_id) if self._group is not None else []
+
+    def kpis(self, trial_id: str) -> pd.DataFrame:
+        if self._group is None:
+            return pd.DataFrame()
+        return self._group.read_kpis(trial_id)
+
+    def prefetch_neighbours(
+        self, trial_id: str | None, step: int | None, steps: Sequence[int]
+    ) -> None:
+        """Read the steps before and after ``step`` in the background, so ◀ ▶ answer at once."""
+        if trial_id is None or step is None or step not in steps:
+            return
+        position = list(steps).index(step)
+        for i in (position + 1, position - 1):
+            if not 0 <= i < len(steps):
+                continue
+            key = (trial_id, steps[i], self.trial_version(trial_id))
+            with self._prefetch_lock:
+                if key in self._prefetching or self.cache.get(("tensor_index", *key)) is not None:
+                    continue
+                self._prefetching.add(key)
+                if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
+                    self._prefetch_thread = threading.Thread(
+                        target=self._prefetch_loop, name="comgra-prefetch", daemon=True
+                    )
+                    self._prefetch_thread.start()
+            self._prefetch_queue.put(key)
+
+    def _prefetch_loop(self) -> None:
+        try:
+            while True:
+                key = self._prefetch_queue.get()
+                trial_id, step, _version = key
+                try:
+                    self.tensor_index(trial_id, step)
+                except Exception as exc:  # noqa: BLE001 - a failed prefetch costs only the later read
+                    log.debug("prefetch of %s step %s failed: %s", trial_id, step, exc)
+                finally:
+                    with self._prefetch_lock:
+                        self._prefetching.discard(key)
+        except BaseException:  # noqa: BLE001 - stopped from outside (test servers kill threads)
+            with self._prefetch_lock:
+                self._prefetching.clear()
+
+    # --- selector options -------------------------------------------------------------
+
+    def option_source(self) -> GroupOptions:
+        return GroupOptions(self)
+
+
+class GroupOptions:
+    """The selector options of the recordings (``selection.OptionSource``)."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    def options(self, field: str, up: Mapping[str, Any]) -> Sequence[Any]:
+        state = self.state
+        if field == "trial":
+            return state.trial_ids()
+        steps = state.steps(up["trial"])
+        if field == "type_of_execution":
+            return [sel.ANY_TYPE] + sorted({s.type_of_execution for s in steps.values()})
+        if field == "training_step":
+            toe = up["type_of_execution"]
+            return [
+                s
+                for s, info in steps.items()
+                if toe == sel.ANY_TYPE or info.type_of_execution == toe
+            ]
+        info = steps.get(up["training_step"])
+        if info is None:
+            return []
+        if field == "iteration":
+            return sorted(info.graph_hashes)
+        graph = state.graph(up["trial"], up["training_step"], up["iteration"])
+        if graph is None:
+            return []
+        if field == "node":
+            return [n.name for n in graph.nodes]
+        node = next((n for n in graph.nodes if n.name == up["node"]), None)
+        if node is None:
+            return []
+        if field == "role":
+            return list(node.roles)
+        recorded = state.recorded(up["trial"], up["training_step"], node, up["role"])
+        if field == "recording_type":
+            return sorted(recorded, key=sel.recording_type_sort_key)
+        if field == "aggregation":
+            return list(recorded.get(up["recording_type"], ()))
+        raise KeyError(f"unknown selector field {field!r}")

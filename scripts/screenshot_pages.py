@@ -1,0 +1,228 @@
+"""Screenshots of every GUI page with headless Chromium (for docs/screenshots/).
+
+    python -m comgra_like.scripts.screenshot_pages [--path GROUP] [--out docs/screenshots]
+        [--size 1280x800] [--visualization-file FILE] [--plugin-node helper_partial_sums]
+
+Without --path it uses the tutorial's group (``comgra-test-run``) if there is one, else
+records a small one into a temporary folder first (needs torch). The GUI runs in this
+process on a free local port; Selenium drives /usr/bin/chromium (override with
+DASH_TEST_CHROMEPATH) and prints any browser console errors. Pages: Tensors (with a node
+near the middle selected), Network, Notes, Graphs, Visualization (with ``--plugin-node``
+and its first sample selected, if that node exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PAGES = [
+    ("tensors", "/"),
+    ("network", "/network"),
+    ("notes", "/notes"),
+    ("graphs", "/graphs"),
+    ("visualization", "/visualization"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _record_example(root: Path) -> Path:
+    from comgra_like.scripts.tutorial import run_tutorial_with_summaries
+
+    path, _ = run_tutorial_with_summaries(
+        root, group="screenshots", steps=150, recordings_per_type=3
+    )
+    return Path(path)
+
+
+def _driver(width: int, height: int):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+
+    options = Options()
+    options.binary_location = os.environ.get("DASH_TEST_CHROMEPATH", "/usr/bin/chromium")
+    for arg in [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        f"--window-size={width},{height}",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]:
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
+    driver = webdriver.Chrome(options=options)
+    driver.set_window_size(width, height)
+    # the window size includes no browser chrome in headless mode; make the viewport exact
+    inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    driver.set_window_size(width + (width - inner[0]), height + (height - inner[1]))
+    return driver
+
+
+def _wait(driver, css: str, timeout: float = 20) -> None:
+    """Wait until an element matching ``css`` exists."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def _settle(driver, timeout: float = 10) -> None:
+    """Wait until Dash marks no component as loading, then a little for plotly to draw."""
+    end = time.time() + timeout
+    while time.time() < end:
+        busy = driver.execute_script(
+            "return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"
+        )
+        if not busy:
+            break
+        time.sleep(0.1)
+    time.sleep(0.8)
+
+
+_FIND_NODE = """
+const gd = document.querySelector('#dependency-graph-container .js-plotly-plot');
+const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+const box = gd.getBoundingClientRect();
+const cx = box.left + box.width / 2, cy = box.top + box.height / 2;
+let target = null, bestDistance = 1e9;
+for (const trace of gd.data) {  // node traces carry node names as customdata
+  const names = trace.customdata || [];
+  if (!trace.mode || !trace.mode.includes('markers')) continue;
+  for (let i = 0; i < names.length; i++) {
+    if (typeof names[i] !== 'string') continue;
+    const x = box.left + xa._offset + xa.l2p(trace.x[i]);
+    const y = box.top + ya._offset + ya.l2p(trace.y[i]);
+    const d = arguments[0] === null ? Math.hypot(x - cx, y - cy)
+      : (names[i] === arguments[0] ? 0 : 1e9);
+    if (d < bestDistance) { target = [x, y]; bestDistance = d; }
+  }
+}
+if (!target) return null;
+let best = null;
+bestDistance = 1e9;
+for (const p of gd.querySelectorAll('.scatterlayer .points path')) {
+  const r = p.getBoundingClientRect();
+  const d = Math.hypot(r.left + r.width / 2 - target[0], r.top + r.height / 2 - target[1]);
+  if (d < bestDistance) { best = p; bestDistance = d; }
+}
+return best;
+"""
+
+
+def _click_node(driver, name: str | None) -> bool:
+    """Click graph node ``name`` (None: the node nearest the middle); False if absent."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    point = driver.execute_script(_FIND_NODE, name)
+    if point is None:
+        return False
+    ActionChains(driver).move_to_element(point).click().perform()
+    # move the mouse off the graph so that no hover label covers the screenshot
+    ActionChains(driver).move_to_element(driver.find_element("css selector", ".brand")).perform()
+    _settle(driver)
+    return True
+
+
+def _next(driver, field: str, times: int) -> None:
+    """Press a selector's ▶ up to ``times`` times (stops at the last option)."""
+    from comgra_like.app import ids
+
+    button = driver.find_element("css selector", f"[id='{ids.dom_id(ids.following(field))}']")
+    for _ in range(times):
+        if not button.is_enabled():
+            break
+        button.click()
+        _settle(driver, 5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshots"))
+    parser.add_argument("--size", default="1280x800")
+    parser.add_argument("--visualization-file", type=Path, default=None)
+    parser.add_argument(
+        "--plugin-node",
+        default="helper_partial_sums",
+        help="node to select for the Visualization screenshot",
+    )
+    args = parser.parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+
+    from comgra_like.app import create_app
+    from comgra_like.scripts import tutorial
+
+    tmp = None
+    path = args.path
+    if path is None and tutorial.default_test_run_path().exists():
+        path = tutorial.default_test_run_path()
+    if path is None:
+        tmp = tempfile.TemporaryDirectory(prefix="comgra_screens_")
+        print("recording an example group (about a minute) …", flush=True)
+        path = _record_example(Path(tmp.name))
+    plugin = args.visualization_file or tutorial.visualization_file_path()
+    plugin = plugin if plugin.exists() else None
+    pages = [p for p in PAGES if plugin is not None or p[0] != "visualization"]
+    app = create_app(path, visualization_file=plugin)
+    port = _free_port()
+    server = threading.Thread(
+        target=lambda: app.run(host="127.0.0.1", port=port, debug=False, use_reloader=False),
+        daemon=True,
+    )
+    server.start()
+    time.sleep(1.5)
+    base = f"http://127.0.0.1:{port}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    driver = _driver(width, height)
+    errors = []
+    try:
+        for name, route in pages:
+            if name == "visualization":
+                # the selection lives in the tab: pick the plugin's node on the Tensors page
+                driver.get(base + "/")
+                _wait(driver, "#dependency-graph-container .scatterlayer .point")
+                _settle(driver)
+                # a step with several iterations (the tutorial's 05_iterations), its last one
+                _next(driver, "type_of_execution", 5)
+                _next(driver, "iteration", 50)
+                if _click_node(driver, args.plugin_node):
+                    _next(driver, "aggregation", 3)  # mean, abs max, std, then Sample 0
+            driver.get(base + route)
+            _wait(driver, ".page > *")
+            if name == "tensors":
+                _wait(driver, "#dependency-graph-container .scatterlayer .point")
+                _settle(driver)
+                _click_node(driver, None)
+            _settle(driver)
+            target = args.out / f"{name}_{width}x{height}.png"
+            driver.save_screenshot(str(target))
+            print(f"wrote {target} ({target.stat().st_size // 1024} KiB)")
+            errors += [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    finally:
+        driver.quit()
+        if tmp is not None:
+            tmp.cleanup()
+    for error in errors:
+        print("console error:", error.get("message"), file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Pure figure and table builders (comgra_like.app.figures)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from comgra_like.app import figures
+
+
+def test_format_number_and_statistics_rows():
+    assert figures.format_number(0.000123456789) == "0.000123457"
+    assert figures.format_number(12345.0, "numel") == "12,345"
+    assert figures.format_number(float("nan")) == "NaN"
+    assert figures.format_number(float("-inf")) == "-inf"
+    stats = {
+        "mean": 0.5,
+        "std": 1.0,
+        "svd_top": float("nan"),
+        "update_ratio": 0.01,
+        "nan_count": 3.0,
+        "future_statistic": 2.0,
+    }
+    rows = figures.statistics_rows(stats)
+    names = [r[0] for r in rows]
+    assert names == ["mean", "std", "nan_count", "update_ratio", "future_statistic"]
+    assert ("nan_count", "NaN count", "3") in rows
+
+
+def test_format_shape():
+    assert figures.format_shape(()) == "scalar"
+    assert figures.format_shape((3, 4)) == "3 × 4"
+    assert figures.format_shape(None) == "–"
+
+
+def test_neuron_figure_small_vector_is_a_bar_with_exact_hover():
+    fig = figures.neuron_figure(np.array([0.1, -2.0, 3.5], dtype=np.float32))
+    bar = fig["data"][0]
+    assert bar["type"] == "bar"
+    assert list(bar["y"]) == pytest.approx([0.1, -2.0, 3.5])
+    assert "%{y:.7g}" in bar["hovertemplate"]
+
+
+def test_neuron_figure_scalar_and_none():
+    assert figures.neuron_figure(np.float32(2.5))["data"][0]["type"] == "bar"
+    empty = figures.neuron_figure(None)
+    assert not empty["data"] and "only statistics" in empty["layout"]["annotations"][0]["text"]
+
+
+def test_neuron_figure_matrix_is_the_matrix():
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) - 6
+    fig = figures.neuron_figure(values)
+    heatmap = fig["data"][0]
+    assert heatmap["type"] == "heatmap"
+    assert np.asarray(heatmap["z"]).shape == (3, 4)
+    assert heatmap["zmid"] == 0 and heatmap["zmin"] == -heatmap["zmax"]
+    assert "%{z:.7g}" in heatmap["hovertemplate"]
+
+
+def test_neuron_figure_rank3_rows_are_leading_indices():
+    values = np.random.default_rng(0).normal(size=(2, 3, 4))
+    fig = figures.neuron_figure(values)
+    heatmap = fig["data"][0]
+    assert np.asarray(heatmap["z"]).shape == (6, 4)
+    custom = np.asarray(heatmap["customdata"])
+    assert custom[4, 0] == "1,1"  # row 4 of the (2*3, 4) view is index [1, 1, :]
+    assert np.asarray(heatmap["z"])[4, 2] == pytest.approx(values[1, 1, 2])
+
+
+def test_neuron_figure_long_vector_wraps_with_flat_index_on_hover():
+    values = np.arange(1000, dtype=np.float32)
+    fig = figures.neuron_figure(values)
+    heatmap = fig["data"][0]
+    z = np.asarray(heatmap["z"], dtype=float)
+    width = z.shape[1]
+    assert width == math.ceil(math.sqrt(1000))
+    assert np.asarray(heatmap["customdata"])[3, 5] == 3 * width + 5
+    assert z[3, 5] == 3 * width + 5
+    assert np.isnan(z[-1, -1])  # padding
+
+
+def test_neuron_figure_marks_non_finite_values():
+    fig = figures.neuron_figure(np.array([[1.0, np.nan], [np.inf, 2.0]]))
+    assert "2 NaN/inf values left blank" in fig["layout"]["title"]["text"]
+    z = np.asarray(fig["data"][0]["z"], dtype=float)
+    assert np.isnan(z[1, 0])
+
+
+def test_neuron_figure_thins_huge_matrices():
+    fig = figures.neuron_figure(np.zeros((1000, 1000), dtype=np.float32))
+    z = np.asarray(fig["data"][0]["z"])
+    assert z.size <= figures.MAX_HEATMAP_CELLS
+    assert "1 of every 2 rows and 2 columns shown" in fig["layout"]["title"]["text"]
+
+
+def _series():
+    return pd.DataFrame(
+        {
+            "training_step": [0, 1, 4, 5],
+            "type_of_execution": ["short", "long", "short", "long"],
+            "iteration": [0, 0, 0, 0],
+            "value": [1.0, 2.0, 3.0, 4.0],
+        }
+    )
+
+
+def test_series_figure_one_line_per_type_and_step_marker():
+    fig = figures.series_figure(_series(), "mean", current_step=4)
+    assert [t["name"] for t in fig["data"]] == ["long", "short"]
+    assert fig["data"][1]["customdata"] == [0, 4]
+    assert fig["layout"]["shapes"][0]["x0"] == 4
+    assert fig["layout"]["showlegend"]
+    assert figures.step_marker_shapes(None) == []
+    single = figures.series_figure(_series()[_series().type_of_execution == "short"], "mean", 0)
+    assert not single["layout"]["showlegend"]
+
+
+def test_figures_are_valid_plotly_figures():
+    import plotly.graph_objects as go
+
+    for fig in [
+        figures.neuron_figure(np.ones((3, 4))),
+        figures.neuron_figure(np.ones(5)),
+        figures.series_figure(_series(), "mean", 1),
+        figures.empty_figure("x"),
+        figures.neuron_figure(np.ones((2, 3, 4))),
+    ]:
+        go.Figure(fig)  # raises on any invalid property
+
+
+def test_series_figure_empty():
+    assert figures.series_figure(_series().iloc[0:0], "mean", 0)["layout"]["annotations"]
+
+
+def test_kpi_figures_one_per_group_one_trace_per_type_and_name():
+    frame = pd.DataFrame(
+        {
+            "kpi_group": ["loss", "loss", "loss", "acc"],
+            "kpi_name": ["mse", "mse", "mse", "top1"],
+            "type_of_execution": ["train", "train", "test", "train"],
+            "timepoint": [2, 1, 1, 1],
+            "value": [0.5, 0.7, 0.9, 0.3],
+            "wall_time": [0.0, 0.0, 0.0, 0.0],
+        }
+    )
+    pairs = figures.kpi_figures(frame)
+    assert [g for g, _ in pairs] == ["acc", "loss"]
+    loss = pairs[1][1]
+    assert [t["name"] for t in loss["data"]] == ["mse (test)", "mse (train)"]
+    assert list(loss["data"][1]["x"]) == [1, 2]  # sorted by timepoint
+    assert figures.kpi_figures(frame.iloc[0:0]) == []
+
+
+def _module(name, parent, params, total):
+    return SimpleNamespace(
+        name=name,
+        parent=parent,
+        num_parameters_total=total,
+        parameters=[
+            SimpleNamespace(name=n, full_name=f"{name}.{n}", shape=s, numel=int(np.prod(s)))
+            for n, s in params
+        ],
+    )
+
+
+def test_module_rows_depth_first_with_parameters_and_totals():
+    modules = [
+        _module("net.b", "net", [("weight", (2, 3))], 6),
+        _module("net", None, [], 10),
+        _module("net.a", "net", [("weight", (2,)), ("bias", (2,))], 4),
+    ]
+    rows = figures.module_rows(modules)
+    assert [(r["kind"], r["depth"], r["name"]) for r in rows] == [
+        ("module", 0, "net"),
+        ("module", 1, "net.a"),
+        ("parameter", 2, "weight"),
+        ("parameter", 2, "bias"),
+        ("module", 1, "net.b"),
+        ("parameter", 2, "weight"),
+    ]
+    assert rows[0]["count"] == 10 and rows[1]["own"] == 4
+    assert rows[5]["shape"] == "2 × 3"
+
+
+def test_filter_notes_every_word_case_insensitive():
+    notes = [SimpleNamespace(text="Step 1 loss 0.5"), SimpleNamespace(text="step 2 NaN found")]
+    assert figures.filter_notes(notes, "") == notes
+    assert figures.filter_notes(notes, "nan STEP") == [notes[1]]
+    assert figures.filter_notes(notes, "missing") == []
+
+
+def test_series_figure_drops_non_finite_points_and_legend_of_many_types():
+    frame = _series().assign(value=[1.0, float("nan"), 3.0, float("nan")])
+    fig = figures.series_figure(frame, "svd_top", 0)
+    assert [t["name"] for t in fig["data"]] == ["short"]
+    nothing = figures.series_figure(frame.assign(value=float("nan")), "svd_top", 0)
+    assert "does not apply" in nothing["layout"]["annotations"][0]["text"]
+    many = pd.DataFrame(
+        {
+            "training_step": range(10),
+            "type_of_execution": [f"t{i}" for i in range(10)],
+            "iteration": 0,
+            "value": 1.0,
+        }
+    )
+    assert not figures.series_figure(many, "mean", 0)["layout"]["showlegend"]
