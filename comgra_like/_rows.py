@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,107 @@ def _constant_dict(value: str, n: int) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
 
 
+@dataclass(frozen=True)
+class _RowLayout:
+    """Everything about a batch's rows that does not depend on the numbers.
+
+    Training loops register the same tensors step after step, so this is computed once
+    per distinct layout and cached; per step only statistics and values are gathered.
+    """
+
+    n: int
+    keep: np.ndarray | None  # [S, 3+k] rows kept of the batch statistics block
+    flat_segments: np.ndarray
+    value_index_batch: np.ndarray  # indices into ravel(concat(agg_vals, sample_vals))
+    value_index_flat: np.ndarray  # indices into flat_values
+    static: dict  # column name -> pa.Array
+    svd_capture: np.ndarray  # per capture: param index whose svd goes there, or -1
+    ratio_capture: np.ndarray  # per capture: param index whose update ratio goes there
+    capture_of_row: np.ndarray
+
+
+@functools.lru_cache(maxsize=32)
+def _row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta, ...],
+                sample_indices: tuple[int, ...], n_batch_values: int) -> _RowLayout:
+    k = len(sample_indices)
+    metas = batch_meta + flat_meta
+    rows_per = np.array([(3 + (k if m.per_sample else 0)) for m in batch_meta]
+                        + [1] * len(flat_meta), dtype=np.int64)
+    capture_of_row = np.repeat(np.arange(len(metas)), rows_per)
+    n = int(rows_per.sum())
+    agg_code, sample_col = [], []
+    keep = None
+    if batch_meta:
+        keep = np.ones((len(batch_meta), 3 + k), dtype=bool)
+        for i, m in enumerate(batch_meta):
+            if not m.per_sample:
+                keep[i, 3:] = False
+        agg_code.append(np.broadcast_to(np.array([0, 1, 2] + [3] * k, np.int32), keep.shape)[keep])
+        sample_col.append(np.broadcast_to(np.array([-1, -1, -1] + list(sample_indices), np.int32),
+                                          keep.shape)[keep])
+    if flat_meta:
+        agg_code.append(np.full(len(flat_meta), 4, np.int32))
+        sample_col.append(np.full(len(flat_meta), -1, np.int32))
+
+    lengths = np.zeros(n, np.int64)
+    valid = np.zeros(n, dtype=bool)
+    batch_index, flat_index = [], []
+    row = 0
+    for m, r in zip(metas, rows_per):
+        if m.with_values:
+            if m.aggregation_free:
+                flat_index.append(np.arange(m.value_offset, m.value_offset + m.numel))
+            else:
+                cols = np.arange(m.value_offset, m.value_offset + m.numel)
+                batch_index.append((np.arange(r)[:, None] * n_batch_values + cols).reshape(-1))
+            lengths[row:row + r] = m.numel
+            valid[row:row + r] = True
+        row += r
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+
+    static = {
+        "iteration": pa.array(np.array([m.iteration for m in metas], np.int32)[capture_of_row]),
+        "node": _dict_column([m.node for m in metas], capture_of_row),
+        "role": _dict_column([m.role for m in metas], capture_of_row),
+        "tensor_name": _dict_column([m.tensor_name for m in metas], capture_of_row),
+        "kind": _dict_column([m.kind for m in metas], capture_of_row),
+        "recording_type": _dict_column([m.recording_type for m in metas], capture_of_row),
+        "aggregation": pa.DictionaryArray.from_arrays(
+            pa.array(np.concatenate(agg_code) if agg_code else np.zeros(0, np.int32)),
+            pa.array(list(AGG_NAMES) + ["sample", "none"])),
+        "sample_index": pa.array(np.concatenate(sample_col) if sample_col
+                                 else np.zeros(0, np.int32)),
+        "shape": _shape_column(metas, capture_of_row),
+        "numel": pa.array(np.array([m.numel for m in metas], np.int64)[capture_of_row]),
+        "_offsets": pa.array(offsets),
+        "_mask": pa.array(~valid),
+    }
+    empty = np.zeros(0, np.int64)
+    return _RowLayout(
+        n=n, keep=keep,
+        flat_segments=np.array([m.segment for m in flat_meta], np.int64),
+        value_index_batch=np.concatenate(batch_index) if batch_index else empty,
+        value_index_flat=np.concatenate(flat_index) if flat_index else empty,
+        static=static,
+        svd_capture=np.array([m.param_index if m.recording_type == "forward" else -1
+                              for m in metas], np.int64),
+        ratio_capture=np.array([m.param_index if m.recording_type == "update" else -1
+                                for m in metas], np.int64),
+        capture_of_row=capture_of_row,
+    )
+
+
+def _per_row(per_capture_param: np.ndarray, values: dict[int, float],
+             capture_of_row: np.ndarray) -> pa.Array:
+    out = np.full(len(per_capture_param), np.nan, np.float32)
+    for i, p in enumerate(per_capture_param):
+        if p >= 0 and p in values:
+            out[i] = values[p]
+    rows = out[capture_of_row]
+    return pa.array(rows, mask=np.isnan(rows))
+
+
 def build_tensor_table(
     *,
     trial_id: str,
@@ -71,97 +173,43 @@ def build_tensor_table(
     svd_top: dict[int, float],
     update_ratio: dict[int, float],
 ) -> pa.Table:
-    """One row per capture x aggregation, built with per-capture (not per-row) Python work.
-
-    This runs on the writer thread while training continues, so it must hold the GIL
-    as briefly as possible.
-    """
-    k = len(sample_indices)
-    metas = batch_meta + flat_meta
-    rows_per = np.array([(3 + (k if m.per_sample else 0)) for m in batch_meta]
-                        + [1] * len(flat_meta), dtype=np.int64)
-    capture_of_row = np.repeat(np.arange(len(metas)), rows_per)
-    n = int(rows_per.sum())
-
-    # Statistics: [S, 3+k, NUM_STATS] for batch captures, dropping sample rows where unwanted.
-    stat_blocks = []
-    agg_code = []
-    sample_col = []
+    """One row per capture x aggregation (runs on the writer thread, so it keeps the GIL
+    briefly: the layout is cached, and per step only numbers are gathered)."""
+    layout = _row_layout(tuple(batch_meta), tuple(flat_meta), tuple(sample_indices),
+                         batch_agg_values.shape[1])
+    n = layout.n
+    blocks = []
+    value_parts = []
     if batch_meta:
         both = np.concatenate([batch_agg_stats, batch_sample_stats], axis=0).transpose(1, 0, 2)
-        keep = np.ones((len(batch_meta), 3 + k), dtype=bool)
-        for i, m in enumerate(batch_meta):
-            if not m.per_sample:
-                keep[i, 3:] = False
-        stat_blocks.append(both[keep])
-        codes = np.broadcast_to(np.array([0, 1, 2] + [3] * k, np.int32), keep.shape)[keep]
-        samples = np.broadcast_to(np.array([-1, -1, -1] + list(sample_indices), np.int32),
-                                  keep.shape)[keep]
-        agg_code.append(codes)
-        sample_col.append(samples)
+        blocks.append(both[layout.keep])
+        all_vals = np.concatenate([batch_agg_values, batch_sample_values], axis=0).reshape(-1)
+        value_parts.append(all_vals[layout.value_index_batch])
     if flat_meta:
-        stat_blocks.append(flat_stats[[m.segment for m in flat_meta]])
-        agg_code.append(np.full(len(flat_meta), 4, np.int32))
-        sample_col.append(np.full(len(flat_meta), -1, np.int32))
-    stats = (np.concatenate(stat_blocks).astype(np.float32, copy=False) if stat_blocks
+        blocks.append(flat_stats[layout.flat_segments])
+        value_parts.append(flat_values[layout.value_index_flat])
+    stats = (np.concatenate(blocks).astype(np.float32, copy=False) if blocks
              else np.zeros((0, len(STATISTICS)), np.float32))
-
-    # Values: a list column; captures without values give null rows.
-    pieces: list[np.ndarray] = []
-    lengths = np.zeros(n, np.int64)
-    valid = np.zeros(n, dtype=bool)
-    row = 0
-    if batch_meta:
-        all_vals = np.concatenate([batch_agg_values, batch_sample_values], axis=0)
-    for m, r in zip(metas, rows_per):
-        if m.with_values:
-            if m.aggregation_free:
-                pieces.append(flat_values[m.value_offset:m.value_offset + m.numel])
-            else:
-                block = all_vals[: r, m.value_offset:m.value_offset + m.numel]
-                pieces.append(block.reshape(-1))
-            lengths[row:row + r] = m.numel
-            valid[row:row + r] = True
-        row += r
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = (np.concatenate(pieces).astype(np.float32, copy=False) if pieces
+    flat = (np.concatenate(value_parts).astype(np.float32, copy=False) if value_parts
             else np.zeros(0, np.float32))
-    values = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), mask=pa.array(~valid))
-
-    svd = np.array([svd_top.get(m.param_index, np.nan) if m.recording_type == "forward"
-                    and m.param_index in svd_top else np.nan for m in metas], np.float32)
-    ratio = np.array([update_ratio.get(m.param_index, np.nan) if m.recording_type == "update"
-                      else np.nan for m in metas], np.float32)
-    svd_rows, ratio_rows = svd[capture_of_row], ratio[capture_of_row]
-
+    static = layout.static
+    values = pa.ListArray.from_arrays(static["_offsets"], pa.array(flat), mask=static["_mask"])
     arrays = {
         "trial_id": _constant_dict(trial_id, n),
         "training_step": pa.array(np.full(n, training_step, np.int64)),
         "type_of_execution": _constant_dict(type_of_execution, n),
-        "iteration": pa.array(np.array([m.iteration for m in metas], np.int32)[capture_of_row]),
-        "node": _dict_column([m.node for m in metas], capture_of_row),
-        "role": _dict_column([m.role for m in metas], capture_of_row),
-        "tensor_name": _dict_column([m.tensor_name for m in metas], capture_of_row),
-        "kind": _dict_column([m.kind for m in metas], capture_of_row),
-        "recording_type": _dict_column([m.recording_type for m in metas], capture_of_row),
-        "aggregation": pa.DictionaryArray.from_arrays(
-            pa.array(np.concatenate(agg_code) if agg_code else np.zeros(0, np.int32)),
-            pa.array(list(AGG_NAMES) + ["sample", "none"])),
-        "sample_index": pa.array(np.concatenate(sample_col) if sample_col
-                                 else np.zeros(0, np.int32)),
-        "shape": _shape_column(metas, capture_of_row),
-        "numel": pa.array(np.array([m.numel for m in metas], np.int64)[capture_of_row]),
-        "svd_top": pa.array(svd_rows, mask=np.isnan(svd_rows)),
-        "update_ratio": pa.array(ratio_rows, mask=np.isnan(ratio_rows)),
+        "svd_top": _per_row(layout.svd_capture, svd_top, layout.capture_of_row),
+        "update_ratio": _per_row(layout.ratio_capture, update_ratio, layout.capture_of_row),
         "values": values,
     }
     for i, name in enumerate(STATISTICS):
         arrays[name] = pa.array(stats[:, i])
-    return pa.Table.from_arrays([arrays[f.name] for f in TENSORS_SCHEMA], schema=TENSORS_SCHEMA)
+    return pa.Table.from_arrays(
+        [arrays[f.name] if f.name in arrays else static[f.name] for f in TENSORS_SCHEMA],
+        schema=TENSORS_SCHEMA,
+    )
 
 
-def _shape_column(metas: list[CaptureMeta], capture_of_row: np.ndarray) -> pa.Array:
-    dims = [np.asarray(m.value_shape, np.int32) for m in metas]
-    per_capture = pa.array([d.tolist() for d in dims], pa.list_(pa.int32()))
+def _shape_column(metas, capture_of_row: np.ndarray) -> pa.Array:
+    per_capture = pa.array([list(m.value_shape) for m in metas], pa.list_(pa.int32()))
     return per_capture.take(pa.array(capture_of_row))

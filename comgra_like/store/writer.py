@@ -61,7 +61,7 @@ class ShardWriter:
         self,
         trial_dir: Path,
         *,
-        max_queued_jobs: int = 16,
+        max_queued_jobs: int = 2,
         flush_rows: int = 64 * 1024,
         flush_bytes: int = 32 * 2**20,
         flush_seconds: float = 1.0,
