@@ -95,6 +95,7 @@ class _Batch:
     """Everything one recorded (or undecided) batch accumulates; dropped at finish."""
 
     regs: list[_Registration] = field(default_factory=list)
+    by_iteration: dict[int, list[_Registration]] = field(default_factory=dict)
     by_name: dict[tuple[str, int], _Registration] = field(default_factory=dict)
     by_node_role: dict[tuple[str, str, int], _Registration] = field(default_factory=dict)
     owner_fn: dict[tuple[object, int], int] = field(default_factory=dict)
@@ -136,6 +137,7 @@ class ComgraRecorder:
         self._stage = "idle"
         self._recording = False
         self._finalized = False
+        self._modules: dict[int, str] = {}  # id(module) -> full name
         if not self.comgra_is_active:
             return
         if not isinstance(decision_maker_for_recordings, DecisionMakerForRecordings):
@@ -184,7 +186,6 @@ class ComgraRecorder:
         }
         self._write_trial_json("running")
         self._writer = ShardWriter(self.trial_path)
-        self._modules: dict[int, str] = {}  # id(module) -> full name
         self._module_tree: list[dict] = []
         self._params: list[_Parameter] = []
         self._known_types: set[str] = set()
@@ -225,6 +226,10 @@ class ComgraRecorder:
     def track_module(self, module_name: str, module: torch.nn.Module) -> None:
         """Track a module: its parameters are recorded on every recorded step."""
         if not self.comgra_is_active:
+            # Names still work, so code that names tensors by module runs unchanged.
+            for sub_name, sub in module.named_modules():
+                self._modules.setdefault(id(sub), f"{module_name}.{sub_name}" if sub_name
+                                         else module_name)
             return
         if self._stage != "idle" or self._recorded_steps:
             raise CallOrderError(
@@ -517,6 +522,7 @@ class ComgraRecorder:
             with_values=with_values, tensor=tensor, alias_of=alias_of,
         )
         batch.regs.append(reg)
+        batch.by_iteration.setdefault(iteration, []).append(reg)
         batch.by_name[(tensor_name, iteration)] = reg
         batch.by_node_role[(node, role, iteration)] = reg
         if alias_of is None:
@@ -806,7 +812,7 @@ class ComgraRecorder:
     def _extract_graph(self, iteration: int) -> str:
         batch = self._batch
         regs = batch.regs
-        current = [r for r in regs if r.iteration == iteration]
+        current = batch.by_iteration.get(iteration, [])
         nodes: dict[str, dict] = {}
         edges: set[tuple[str, str, str, str]] = set()
 
@@ -861,7 +867,7 @@ class ComgraRecorder:
                 edges.add((source, target, src.role, r.role))
         if self.prefixes_nodes:
             # Merged parameter nodes show all their roles, not only those used here.
-            for r in regs:
+            for r in batch.by_iteration.get(-1, []):
                 if r.kind == "parameter" and r.node in nodes:
                     add_node(r)
         # Autograd graphs are acyclic: only hand-made connections can close a loop.

@@ -120,7 +120,9 @@ def test_missing_dynamic_decision(rec):
 def test_inactive_recorder_is_a_no_op(tmp_path):
     r = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded([0]),
                        comgra_is_active=False)
-    r.track_module("m", torch.nn.Linear(2, 2))
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    r.track_module("m", net)
+    assert r.get_name_of_module(net[0]) == "m.0"  # names work even when inactive
     r.start_batch(0, 2)
     r.start_iteration()
     r.register_tensor("x", torch.zeros(2, 2))
