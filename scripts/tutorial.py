@@ -25,7 +25,7 @@ Two trials are trained with the same data and the same initial weights:
 
 The recorder calls are in ``_make_recorder``, ``_train_trial``, ``_one_step`` and
 ``SubNet.forward`` (defined in ``build_model``). Open the result with the command this script prints at the end;
-docs/TUTORIAL.md (the README's tutorial section) walks through the GUI.
+The README's tutorial section walks through the GUI.
 
 This module imports torch only inside functions, so that the GUI can import
 :func:`default_test_run_path` without torch installed.
@@ -48,7 +48,7 @@ from typing import Any, TextIO
 DEFAULT_GROUP = "test_run"
 #: Default number of training steps per trial: both trials, recorded, in under three
 #: minutes on a 2-core CPU even while something else keeps one core busy (measured: see
-#: docs/TUTORIAL.md).
+#: the README's tutorial).
 DEFAULT_STEPS = 2400
 #: ``--long``: five times as long; the loss curves flatten out.
 LONG_STEPS = 12_000
