@@ -16,9 +16,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ..errors import StorageError
-from .files import atomic_write_parquet, live_shards, shard_range
-from .schema import SCHEMAS, TABLES, compact_name
-from .writer import TENSOR_ROW_GROUP, sort_table, unify
+from .files import atomic_write_parquet_stream, live_shards, shard_range
+from .schema import MAX_ROWS_PER_ROW_GROUP, SCHEMAS, TABLES, compact_name
+from .writer import TENSOR_ROW_GROUP
 
 log = logging.getLogger("comgra_like")
 
@@ -41,31 +41,29 @@ def compact_trial(trial_dir: str | os.PathLike) -> dict[str, int]:
         if len(names) <= 1:
             merged[kind] = 0
             continue
-        tables, used = [], []
+        used = []
         for name in names:
             try:
-                tables.append(pq.read_table(folder / name, schema=SCHEMAS[kind]))
+                pq.read_metadata(folder / name)
                 used.append(name)
             except Exception as e:  # noqa: BLE001 - a damaged shard must not stop the rest
                 log.warning("compaction skips unreadable shard %s: %s", folder / name, e)
+        if len(used) != len(names):
+            # An unreadable shard inside the range would be hidden by the compact file:
+            # merge only the longest run of readable shards with none between them.
+            used = _contiguous_run(names, set(used))
         if len(used) <= 1:
             merged[kind] = 0
             continue
         ranges = [shard_range(n) for n in used]
         first, last = min(r[0] for r in ranges), max(r[1] for r in ranges)
-        # Skipped unreadable shards inside [first, last] would be hidden by the compact
-        # file; keep the range to the readable prefix/suffix by only merging a
-        # contiguous run when some shard was unreadable.
-        if len(used) != len(names):
-            first, last, used, tables = _contiguous_readable(names, used, tables)
-            if len(used) <= 1:
-                merged[kind] = 0
-                continue
-        table = sort_table(kind, unify(kind, tables))
-        atomic_write_parquet(
+        # Shards hold strictly later steps than the ones before them and are sorted
+        # inside, so writing them in sequence order keeps the merged file sorted.
+        atomic_write_parquet_stream(
             folder / compact_name(first, last),
-            table,
-            row_group_size=TENSOR_ROW_GROUP if kind == "tensors" else None,
+            SCHEMAS[kind],
+            (pq.read_table(folder / name, schema=SCHEMAS[kind]) for name in used),
+            row_group_size=TENSOR_ROW_GROUP if kind == "tensors" else MAX_ROWS_PER_ROW_GROUP,
         )
         for name in used:
             try:
@@ -76,24 +74,15 @@ def compact_trial(trial_dir: str | os.PathLike) -> dict[str, int]:
     return merged
 
 
-def _contiguous_readable(names, used, tables):
+def _contiguous_run(names: list[str], readable: set[str]) -> list[str]:
     """The longest run of readable shards with no unreadable shard between them."""
-    usable = set(used)
-    best: list[int] = []
-    run: list[int] = []
-    for i, name in enumerate(names):
-        if name in usable:
-            run.append(i)
+    best: list[str] = []
+    run: list[str] = []
+    for name in names:
+        if name in readable:
+            run.append(name)
             if len(run) > len(best):
                 best = list(run)
         else:
             run = []
-    by_name = dict(zip(used, tables))
-    chosen = [names[i] for i in best]
-    ranges = [shard_range(n) for n in chosen]
-    return (
-        min(r[0] for r in ranges),
-        max(r[1] for r in ranges),
-        chosen,
-        [by_name[n] for n in chosen],
-    )
+    return best

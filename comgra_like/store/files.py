@@ -54,6 +54,30 @@ def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None
         raise
 
 
+def atomic_write_parquet_stream(path: Path, schema: pa.Schema, tables, row_group_size: int) -> int:
+    """Write the tables of an iterable one after the other into one parquet file.
+
+    Only one table is in memory at a time, so compacting a trial of any size needs
+    no more memory than its largest shard. Returns the number of rows written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    rows = 0
+    try:
+        dict_columns = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+        with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=dict_columns,
+                              write_statistics=True) as writer:
+            for table in tables:
+                writer.write_table(table, row_group_size=row_group_size)
+                rows += table.num_rows
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return rows
+
+
 def _remove_quietly(path: str | Path) -> None:
     try:
         os.unlink(path)
