@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import StorageError
@@ -71,6 +72,7 @@ def compact_trial(trial_dir: str | os.PathLike) -> dict[str, int]:
             except FileNotFoundError:
                 pass
         merged[kind] = len(used)
+    pa.default_memory_pool().release_unused()
     return merged
 
 

@@ -210,6 +210,9 @@ class ShardWriter:
             self._buffered_rows[kind] = 0
         self._buffered_bytes = 0
         self._oldest = None
+        # Arrow's allocator keeps freed memory for reuse; a recorder that writes every
+        # second would otherwise hold on to the high-water mark of every flush.
+        pa.default_memory_pool().release_unused()
 
 
 def append_jsonl(path: Path, obj: dict) -> None:
