@@ -130,3 +130,11 @@ def test_recorded_rows_match_numpy(tmp_path_factory, rank_shape, batch, batch_di
         ref_std = ref.std(ddof=1) if batch > 1 else 0.0
         np.testing.assert_allclose(std_row.stats[name], ref_std, rtol=1e-3, atol=1e-5)
     assert g.list_tensors("t", 0).query("node == 'x' and aggregation == 'sample'").shape[0] == min(batch, 3)
+
+
+def test_std_is_accurate_for_large_offsets():
+    """One-pass variance in float64 must not lose float32 accuracy when |mean| >> std."""
+    rng = np.random.default_rng(3)
+    v = (1000.0 + 0.01 * rng.normal(size=(4, 5000))).astype(np.float32)
+    got = block_statistics(torch.from_numpy(v)).numpy()
+    np.testing.assert_allclose(got[:, 2], v.astype(np.float64).std(axis=1, ddof=1), rtol=1e-4)
