@@ -81,6 +81,15 @@ def estimate_bytes(value: Any) -> int:
     return sys.getsizeof(value, 64)
 
 
+_INDEX_COLUMNS = ("iteration", "node", "role", "recording_type", "aggregation", "sample_index")
+
+
+def _tensor_index_bytes(index: Mapping[tuple, Mapping[str, tuple[str, ...]]]) -> int:
+    """A rough size of a tensor index, from its shape (walking it with estimate_bytes cost
+    ~15% of building it); the aggregation tuples are shared between entries."""
+    return 256 + sum(400 + 250 * len(by_type) for by_type in index.values())
+
+
 class Timings:
     """The last server times of named callbacks (for the debug log and benchmarks)."""
 
@@ -238,13 +247,15 @@ class AppState:
 
     # --- cached reads -----------------------------------------------------------------
 
-    def _cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
+    def _cached(
+        self, key: tuple, compute: Callable[[], Any], size: Callable[[Any], int] = estimate_bytes
+    ) -> Any:
         missing = object()
         value = self.cache.get(key, missing)
         if value is missing:
             value = compute()
             if value is not None:  # "not there yet" must be asked again next time
-                self.cache.put(key, value, estimate_bytes(value))
+                self.cache.put(key, value, size(value))
         return value
 
     def trial_ids(self) -> list[str]:
@@ -263,6 +274,29 @@ class AppState:
             return {}
         key = ("steps", trial_id, self.trial_version(trial_id))
         return self._cached(key, lambda: self._build_steps(trial_id))
+
+    def types_of_execution(self, trial_id: str) -> tuple[str, ...]:
+        """The types of execution of a trial's recorded steps, sorted."""
+        key = ("types_of_execution", trial_id, self.trial_version(trial_id))
+        steps = self.steps(trial_id)
+        return self._cached(
+            key, lambda: tuple(sorted({s.type_of_execution for s in steps.values()}))
+        )
+
+    def step_options(self, trial_id: str, type_of_execution: str) -> tuple[int, ...]:
+        """The recorded steps of one type of execution (all of them for ``ANY_TYPE``).
+
+        Cached: the selection asks for them many times per call (thousands of steps)."""
+        key = ("step_options", trial_id, self.trial_version(trial_id), type_of_execution)
+        steps = self.steps(trial_id)
+        return self._cached(
+            key,
+            lambda: tuple(
+                s
+                for s, info in steps.items()
+                if type_of_execution == sel.ANY_TYPE or info.type_of_execution == type_of_execution
+            ),
+        )
 
     def _build_steps(self, trial_id: str) -> dict[int, StepInfo]:
         frame = self._group.list_steps(trial_id)
@@ -319,7 +353,9 @@ class AppState:
             return None
         return next((n for n in graph.nodes if n.name == name), None)
 
-    def tensor_index(self, trial_id: str, training_step: int) -> dict[tuple, dict[str, list[str]]]:
+    def tensor_index(
+        self, trial_id: str, training_step: int
+    ) -> dict[tuple, dict[str, tuple[str, ...]]]:
         """What a step recorded: (iteration, node, role) -> recording type -> aggregation keys."""
         key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
 
@@ -328,17 +364,28 @@ class AppState:
                 frame = self._group.list_tensors(trial_id, training_step)
             except NotFoundError:
                 return {}
+            # Whole columns as lists, not row tuples: iterating Arrow-backed columns row by
+            # row cost ~5x more (a step of 20 iterations has ~5,000 rows).
+            columns = [frame[c].tolist() for c in _INDEX_COLUMNS]
+            agg_keys: dict[tuple, str] = {}
             index: dict[tuple, dict[str, set[str]]] = {}
-            columns = ["iteration", "node", "role", "recording_type", "aggregation", "sample_index"]
-            for it, node, role, rt, agg, sample in frame[columns].itertuples(index=False):
+            for it, node, role, rt, agg, sample in zip(*columns):
+                agg_key = agg_keys.get((agg, sample))
+                if agg_key is None:
+                    agg_key = agg_keys[(agg, sample)] = sel.aggregation_key(str(agg), int(sample))
                 by_type = index.setdefault((int(it), str(node), str(role)), {})
-                by_type.setdefault(str(rt), set()).add(sel.aggregation_key(str(agg), int(sample)))
-            return {
-                k: {rt: sorted(aggs, key=sel.aggregation_sort_key) for rt, aggs in v.items()}
-                for k, v in index.items()
-            }
+                by_type.setdefault(str(rt), set()).add(agg_key)
+            ordered: dict[frozenset, tuple[str, ...]] = {}  # most entries share a few sets
 
-        return self._cached(key, build)
+            def sort(aggs: set[str]) -> tuple[str, ...]:
+                frozen = frozenset(aggs)
+                if frozen not in ordered:
+                    ordered[frozen] = tuple(sorted(frozen, key=sel.aggregation_sort_key))
+                return ordered[frozen]
+
+            return {k: {rt: sort(aggs) for rt, aggs in v.items()} for k, v in index.items()}
+
+        return self._cached(key, build, _tensor_index_bytes)
 
     def data_location(self, node: Any, role: str) -> tuple[str, str, int]:
         """(node, role, iteration) where a graph node's tensor is stored (follows aliases)."""
@@ -349,7 +396,7 @@ class AppState:
 
     def recorded(
         self, trial_id: str, training_step: int, node: Any, role: str
-    ) -> dict[str, list[str]]:
+    ) -> dict[str, tuple[str, ...]]:
         """Recording type -> aggregation keys recorded for one role of a graph node."""
         stored_node, stored_role, iteration = self.data_location(node, role)
         return self.tensor_index(trial_id, training_step).get(
@@ -482,16 +529,11 @@ class GroupOptions:
         state = self.state
         if field == "trial":
             return state.trial_ids()
-        steps = state.steps(up["trial"])
         if field == "type_of_execution":
-            return [sel.ANY_TYPE] + sorted({s.type_of_execution for s in steps.values()})
+            return [sel.ANY_TYPE, *state.types_of_execution(up["trial"])]
         if field == "training_step":
-            toe = up["type_of_execution"]
-            return [
-                s
-                for s, info in steps.items()
-                if toe == sel.ANY_TYPE or info.type_of_execution == toe
-            ]
+            return list(state.step_options(up["trial"], up["type_of_execution"]))
+        steps = state.steps(up["trial"])
         info = steps.get(up["training_step"])
         if info is None:
             return []
