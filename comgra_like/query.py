@@ -173,6 +173,8 @@ class _LRU:
             return item[0]
 
     def put(self, key, value, size: int) -> None:
+        if size > self.max_bytes:
+            return  # larger than the whole budget: used once, never kept
         with self._lock:
             if key in self._items:
                 self.bytes -= self._items.pop(key)[1]
@@ -552,10 +554,14 @@ class Group:
 
     def list_tensors(self, trial_id: str, training_step: int) -> pd.DataFrame:
         """What is recorded at a step (no values): one row per tensor row on disk."""
-        table = self._step_table(trial_id, training_step)
-        frame = _to_pandas(table.select(KEY_COLUMNS))
-        frame["shape"] = frame["shape"].map(lambda s: tuple(int(x) for x in s))
-        return frame
+        key = (trial_id, "list", int(training_step))
+        cached = self._cache.get(key)
+        if cached is None:
+            table = self._step_table(trial_id, training_step)
+            cached = _to_pandas(table.select([c for c in KEY_COLUMNS if c != "shape"]))
+            cached["shape"] = [tuple(s) for s in table.column("shape").to_pylist()]
+            self._cache.put(key, cached, int(cached.memory_usage(index=False).sum()) * 4)
+        return cached.copy()
 
     def read_tensor(self, trial_id: str, training_step: int, iteration: int, node: str,
                     role: str, recording_type: str, aggregation: str,
@@ -611,16 +617,14 @@ class Group:
                     return n.alias_of[role]
         return None
 
-    def _stats_table(self, trial_id: str, path: Path) -> pa.Table:
+    def _stats_index(self, trial_id: str, path: Path) -> _SeriesIndex:
         key = (trial_id, path.name, "stats")
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        cols = ["training_step", "type_of_execution", "iteration", "node", "role",
-                "recording_type", "aggregation", "sample_index", *ALL_STATISTICS]
-        table = pq.read_table(path, columns=cols, schema=SCHEMAS["tensors"])
-        self._cache.put(key, table, table.nbytes)
-        return table
+        index = _SeriesIndex.build(path)
+        self._cache.put(key, index, index.nbytes)
+        return index
 
     def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
                     aggregation: str, statistic: str, iteration: int | None = None,
@@ -632,34 +636,95 @@ class Group:
         frames = []
         for f in list(trial.tensor_files.values()):
             try:
-                table = self._stats_table(trial_id, f.path)
+                index = self._stats_index(trial_id, f.path)
             except FileNotFoundError:
                 self.refresh()
                 return self.read_series(trial_id, node, role, recording_type, aggregation,
                                         statistic, iteration, sample_index, type_of_execution)
-            mask = pc.and_(
-                pc.and_(pc.equal(table["node"].cast(pa.string()), node),
-                        pc.equal(table["role"].cast(pa.string()), role)),
-                pc.and_(pc.equal(table["recording_type"].cast(pa.string()), recording_type),
-                        pc.and_(pc.equal(table["aggregation"].cast(pa.string()), aggregation),
-                                pc.equal(table["sample_index"], int(sample_index)))),
-            )
+            frame = index.series(node, role, recording_type, aggregation, int(sample_index),
+                                 statistic)
+            if frame is None:
+                continue
             if iteration is not None:
-                mask = pc.and_(mask, pc.equal(table["iteration"], int(iteration)))
+                frame = frame[frame["iteration"] == int(iteration)]
             if type_of_execution is not None:
-                mask = pc.and_(mask, pc.equal(table["type_of_execution"].cast(pa.string()),
-                                              type_of_execution))
-            sel = table.filter(mask).select(["training_step", "type_of_execution", "iteration",
-                                             statistic])
-            frames.append(_to_pandas(sel).rename(columns={statistic: "value"}))
+                frame = frame[frame["type_of_execution"] == type_of_execution]
+            frames.append(frame)
         if not frames:
             return pd.DataFrame({"training_step": pd.Series(dtype="int64"),
                                  "type_of_execution": pd.Series(dtype="object"),
                                  "iteration": pd.Series(dtype="int32"),
                                  "value": pd.Series(dtype="float64")})
-        out = pd.concat(frames, ignore_index=True)
-        out["value"] = out["value"].astype("float64")
+        out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         return out.sort_values(["training_step", "iteration"], kind="stable").reset_index(drop=True)
+
+
+class _SeriesIndex:
+    """The statistics of one tensor file, grouped by tensor (no values).
+
+    Rows are grouped once, by the dictionary codes of node, role, recording type and
+    aggregation plus the sample index, so a series is a lookup and a ``take`` instead of
+    a scan that compares strings over the whole trial.
+    """
+
+    COLUMNS = ("training_step", "type_of_execution", "iteration", "node", "role",
+               "recording_type", "aggregation", "sample_index", *ALL_STATISTICS)
+    KEYS = ("node", "role", "recording_type", "aggregation")
+
+    def __init__(self, columns: dict[str, np.ndarray], dictionaries: dict[str, list[str]],
+                 order: np.ndarray, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 radix: list[int]):
+        self.columns = columns
+        self.codes = {k: {v: i for i, v in enumerate(d)} for k, d in dictionaries.items()}
+        self.toe_values = np.asarray(dictionaries["type_of_execution"], dtype=object)
+        self.order, self.keys, self.starts, self.ends, self.radix = order, keys, starts, ends, radix
+        self.nbytes = (sum(c.nbytes for c in columns.values()) + order.nbytes + keys.nbytes
+                       + starts.nbytes + ends.nbytes)
+
+    @classmethod
+    def build(cls, path: Path) -> _SeriesIndex:
+        table = pq.read_table(path, columns=list(cls.COLUMNS), schema=SCHEMAS["tensors"])
+        table = table.unify_dictionaries().combine_chunks()
+        columns, dictionaries = {}, {}
+        for name in cls.COLUMNS:
+            col = table.column(name)
+            arr = col.chunk(0) if col.num_chunks else pa.array([], col.type)
+            if pa.types.is_dictionary(col.type):
+                dictionaries[name] = arr.dictionary.to_pylist()
+                columns[name] = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            else:
+                columns[name] = arr.to_numpy(zero_copy_only=False)
+        samples = columns["sample_index"].astype(np.int64) + 1  # -1 -> 0
+        radix = [len(dictionaries[k]) for k in cls.KEYS] + [int(samples.max(initial=0)) + 1]
+        key = np.zeros(table.num_rows, np.int64)
+        for part, size in zip([columns[k] for k in cls.KEYS] + [samples], radix):
+            key = key * size + part
+        order = np.argsort(key, kind="stable")  # keeps the file's step order in a group
+        keys, starts, counts = np.unique(key[order], return_index=True, return_counts=True)
+        return cls(columns, dictionaries, order, keys, starts, starts + counts, radix)
+
+    def series(self, node, role, recording_type, aggregation, sample_index, statistic):
+        key = 0
+        for name, value, size in zip(self.KEYS, (node, role, recording_type, aggregation),
+                                     self.radix):
+            code = self.codes[name].get(value)
+            if code is None:
+                return None
+            key = key * size + code
+        sample = sample_index + 1
+        if not 0 <= sample < self.radix[-1]:
+            return None
+        key = key * self.radix[-1] + sample
+        pos = int(np.searchsorted(self.keys, key))
+        if pos >= len(self.keys) or self.keys[pos] != key:
+            return None
+        rows = self.order[self.starts[pos]:self.ends[pos]]
+        return pd.DataFrame({
+            "training_step": self.columns["training_step"][rows].astype(np.int64),
+            "type_of_execution": self.toe_values[self.columns["type_of_execution"][rows]],
+            "iteration": self.columns["iteration"][rows].astype(np.int32),
+            "value": self.columns[statistic][rows].astype(np.float64),
+        })
 
 
 def _step_range(meta: pq.FileMetaData) -> tuple[int, int]:
