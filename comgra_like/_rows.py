@@ -39,7 +39,6 @@ class CaptureMeta:
     segment_kind: str = "batch"
 
 
-_DICT = pa.dictionary(pa.int32(), pa.string())
 
 
 def _dict_column(per_capture: list[str], capture_of_row: np.ndarray) -> pa.Array:
