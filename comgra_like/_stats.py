@@ -32,16 +32,20 @@ def block_statistics(x: torch.Tensor) -> torch.Tensor:
     n = x.shape[-1]
     total = x.sum(dim=-1)
     mean = total / n
-    if n > 1:
-        centered = x - mean.unsqueeze(-1)
-        std = torch.linalg.vector_norm(centered, ord=2, dim=-1) / math.sqrt(n - 1)
-    else:
-        std = torch.zeros_like(mean)
-    abs_mean = x.abs().sum(dim=-1) / n
     mx = x.amax(dim=-1)
     mn = x.amin(dim=-1)
     abs_max = torch.maximum(mx, -mn)
     norm = torch.linalg.vector_norm(x, ord=2, dim=-1)
+    # One scratch buffer of x's size, used twice: fresh large allocations cost page
+    # faults on every recorded step, which made them the most expensive part here.
+    scratch = torch.abs(x)
+    abs_mean = scratch.sum(dim=-1) / n
+    if n > 1:
+        torch.sub(x, mean.unsqueeze(-1), out=scratch)
+        std = torch.linalg.vector_norm(scratch, ord=2, dim=-1) / math.sqrt(n - 1)
+    else:
+        std = torch.zeros_like(mean)
+    del scratch
     if bool(torch.isfinite(total).all() and torch.isfinite(norm).all()):
         # Finite sums mean no NaN or Inf in the row (norm overflow aside, which only
         # costs the exact count below): skip two full passes.
@@ -59,7 +63,7 @@ def batch_aggregates(per_sample: torch.Tensor) -> torch.Tensor:
     mean = per_sample.sum(dim=0) / b
     if b > 1:
         centered = per_sample - mean
-        std = ((centered * centered).sum(dim=0) / (b - 1)).sqrt()
+        std = (centered.mul_(centered).sum(dim=0) / (b - 1)).sqrt()
     else:
         std = torch.zeros_like(mean)
     abs_max = torch.maximum(per_sample.amax(dim=0), -per_sample.amin(dim=0))
