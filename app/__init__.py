@@ -61,6 +61,7 @@ def create_app(
             layout.Page(page_visualization.PATH, page_visualization.NAME, page_visualization.build)
         )
     app.layout = layout.build_shell(state, pages)
+    _track_callbacks(app, state)
     layout.register_callbacks(app, state, pages, plugin)
     selectors.register_callbacks(app, state)
     page_tensors.register_callbacks(app, state)
@@ -71,3 +72,21 @@ def create_app(
     app.comgra_state = state
     app.comgra_plugin = plugin
     return app
+
+
+def _track_callbacks(app: dash.Dash, state: AppState) -> None:
+    """Tell ``state`` when callback requests run (its prefetch waits until none does)."""
+    import flask
+
+    server = app.server
+
+    @server.before_request
+    def callback_started() -> None:
+        if flask.request.path.endswith("/_dash-update-component"):
+            flask.g.comgra_callback = True
+            state.callback_started()
+
+    @server.teardown_request
+    def callback_finished(_exc: BaseException | None) -> None:
+        if flask.g.pop("comgra_callback", False):
+            state.callback_finished()

@@ -11,6 +11,7 @@ Use::
     figure = build_graph_figure(model)                # go.Figure for dcc.Graph
     patch = highlight_patch(model, "hidden", "main")  # dash.Patch for a click
     name = neighbor_in_direction(model, "hidden", "left")
+    data = client_highlight_data(model)               # in the figure: layout.meta.highlight
 
 Figure structure (trace indices are fixed, see the ``*_TRACE`` constants):
 
@@ -19,15 +20,23 @@ Figure structure (trace indices are fixed, see the ``*_TRACE`` constants):
 1. overlay: edges that only another role of the selected node carries (thin, dotted);
 2. overlay: edges of the selection (thick);
 3. arrowheads: one ``arrow`` marker per edge on its last segment, oriented in screen
-   space by plotly (``angleref="previous"`` from an invisible point just before it);
-4. … one marker+text trace per node kind present, in ``KIND_ORDER`` (import nodes are in
-   their kind's trace with a hollow symbol), ``customdata`` = node name;
+   space by plotly (``angleref="previous"`` from an invisible point just before it); in
+   a graph of more than ``MAX_ARROWS`` drawn edges only on the edges that run right to
+   left (``GraphFigureModel.arrow_edges``): every other edge runs left to right;
+4. … one marker trace per node kind present, in ``KIND_ORDER`` (import nodes are in
+   their kind's trace with a hollow symbol), ``customdata`` = node name, with a text label
+   per node only where labels can be read (see :func:`build_graph_figure`);
 then a ring around the selected node (``GraphFigureModel.selection_trace``), and, when the
 graph has import nodes, a legend-only entry explaining the hollow symbol.
 
 Highlighting only touches ``selectedpoints`` of the node and arrow traces (the dimmed
 style is the trace's static ``unselected`` style), the colour of the edge trace and the
 coordinates of the two overlays and the ring. No per-node colour arrays are sent.
+
+The browser applies the highlight of a click itself (``highlightUpdates`` in
+assets/comgra.js, from :func:`client_highlight_data`, which the figure carries in
+``layout.meta.highlight``): the same updates as :func:`highlight_updates`, without waiting
+for the server. The server's patch still follows when the selection it makes differs.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ __all__ = [
     "Highlight",
     "build_graph_figure",
     "build_graph_model",
+    "client_highlight_data",
     "compute_highlight",
     "highlight_patch",
     "highlight_updates",
@@ -101,6 +111,16 @@ _ARROW_AT = 0.72  # arrowhead position along an edge's last segment (clear of th
 _ARROW_FROM = 0.6  # the invisible point that orients it
 _X_PADDING = 0.6  # axis range beyond the outermost nodes, in layers
 _Y_PADDING = 0.8  # in node spacings
+_MIN_FONT = 7  # px: smaller labels cannot be read
+_MIN_LABEL_CHARS = 4  # a label must fit at least this many characters ("…abc")
+# Every highlight redraws every label (plotly re-lays out all text of the plot on each
+# data change, ~0.1 ms per label in headless Chromium), so a graph with more nodes never
+# gets labels, however much room it has; the hover text names every node.
+MAX_LABELED_NODES = 400
+# The same for arrowheads (two plotly points each, ~0.1 ms per redraw): above this many
+# drawn edges only the edges that run right to left get one (a layered layout draws every
+# other edge left to right).
+MAX_ARROWS = 300
 DIRECTIONS = ("left", "right", "up", "down")
 
 
@@ -153,7 +173,9 @@ class GraphFigureModel:
         nodes: node name → the graph's node object, in graph order.
         edges: the graph's edges as ``(source, target, source_role, target_role)``.
         drawn_edges: the distinct ``(source, target)`` pairs in the order of the edge
-            trace and of the arrowheads (several roles can share one drawn edge).
+            trace (several roles can share one drawn edge).
+        arrow_edges: indices into ``drawn_edges`` of the edges with an arrowhead, in the
+            order of the arrowheads (all of them up to ``MAX_ARROWS`` drawn edges).
         node_traces: per node trace (index ``FIRST_NODE_TRACE + i``): its kind and node
             names in point order.
         point_of: node name → ``(trace index, point index)``.
@@ -165,6 +187,7 @@ class GraphFigureModel:
     nodes: Mapping[str, GraphNodeLike]
     edges: tuple[tuple[str, str, str, str], ...]
     drawn_edges: tuple[Edge, ...]
+    arrow_edges: tuple[int, ...]
     node_traces: tuple[tuple[str, tuple[str, ...]], ...]
     point_of: Mapping[str, tuple[int, int]]
     incoming: Mapping[str, tuple[int, ...]]
@@ -237,12 +260,19 @@ def build_graph_model(graph: GraphLike) -> GraphFigureModel:
     for k, (s, t, _, _) in enumerate(edges):
         outgoing[s].append(k)
         incoming[t].append(k)
+    drawn_edges = tuple(layout.edge_paths)
+    arrow_edges = tuple(
+        k
+        for k, pair in enumerate(drawn_edges)
+        if len(drawn_edges) <= MAX_ARROWS or pair in layout.reversed_edges
+    )
     return GraphFigureModel(
         graph_hash=graph.graph_hash,
         layout=layout,
         nodes=MappingProxyType(nodes),
         edges=edges,
-        drawn_edges=tuple(layout.edge_paths),
+        drawn_edges=drawn_edges,
+        arrow_edges=arrow_edges,
         node_traces=node_traces,
         point_of=MappingProxyType(point_of),
         incoming=MappingProxyType({k: tuple(v) for k, v in incoming.items()}),
@@ -265,16 +295,20 @@ def build_graph_figure(
     same graph structure (highlight patches, new steps) and reset for another structure.
     ``width_px``/``height_px`` are the expected plot size: marker size, label font size,
     label position and label length are chosen so that labels fit the space a node has
-    at the initial zoom (labels are shortened, the full name is in the hover text).
+    at the initial zoom (labels are shortened, the full name is in the hover text). Where
+    not even a few characters of a label fit at the smallest readable font (a long or tall
+    graph), or the graph has more than ``MAX_LABELED_NODES`` nodes, the nodes are drawn
+    without labels: unreadable labels only cost time at every redraw.
     """
     layout = model.layout
-    font_size, marker_size, max_chars, text_position = _label_style(layout, width_px, height_px)
+    style = _label_style(layout, width_px, height_px, len(model.nodes))
+    font_size, marker_size, max_chars, text_position, labels = style
 
     edge_x, edge_y = _polylines(model.drawn_edges, layout.edge_paths)
     arrow_x: list[float] = []
     arrow_y: list[float] = []
-    for pair in model.drawn_edges:
-        path = layout.edge_paths[pair]
+    for k in model.arrow_edges:
+        path = layout.edge_paths[model.drawn_edges[k]]
         (ax, ay), (bx, by) = path[-2], path[-1]
         arrow_x += [_r(ax + (bx - ax) * _ARROW_FROM), _r(ax + (bx - ax) * _ARROW_AT)]
         arrow_y += [_r(ay + (by - ay) * _ARROW_FROM), _r(ay + (by - ay) * _ARROW_AT)]
@@ -293,7 +327,7 @@ def build_graph_figure(
             "mode": "markers", "hoverinfo": "skip", "showlegend": False,
             "marker": {
                 "symbol": "arrow", "angleref": "previous", "color": "rgb(90, 90, 90)",
-                "size": [0, max(6, marker_size * 0.6)] * len(model.drawn_edges),
+                "size": [0, max(6, marker_size * 0.6)] * len(model.arrow_edges),
                 "line": {"width": 0},
             },
             "unselected": {"marker": {"opacity": _DIMMED_OPACITY}},
@@ -306,33 +340,31 @@ def build_graph_figure(
         symbol = KIND_SYMBOLS.get(kind, "circle")
         imports = [n.is_import for n in nodes]
         has_imports |= any(imports)
-        traces.append(
-            {
-                "type": "scatter", "name": kind, "legendgroup": kind,
-                "mode": "markers+text",
-                "x": [layout.positions[name][0] for name in names],
-                "y": [layout.positions[name][1] for name in names],
-                "customdata": list(names),
-                "text": [short_label(name, max_chars) for name in names],
-                "textposition": text_position,
-                "textfont": {"size": font_size, "color": "rgb(40, 40, 40)"},
-                "hovertext": [_hover_text(n) for n in nodes],
-                "hoverinfo": "text",
-                "marker": {
-                    "color": color,
-                    "size": marker_size,
-                    "symbol": [symbol + "-open" if i else symbol for i in imports],
-                    "line": {
-                        "color": [color if i else "white" for i in imports],
-                        "width": [2 if i else 1 for i in imports],
-                    },
+        trace: dict[str, Any] = {
+            "type": "scatter", "name": kind, "legendgroup": kind,
+            "mode": "markers+text" if labels else "markers",
+            "x": [layout.positions[name][0] for name in names],
+            "y": [layout.positions[name][1] for name in names],
+            "customdata": list(names),
+            "hovertext": [_hover_text(n) for n in nodes],
+            "hoverinfo": "text",
+            "marker": {
+                "color": color,
+                "size": marker_size,
+                "symbol": [symbol + "-open" if i else symbol for i in imports],
+                "line": {
+                    "color": [color if i else "white" for i in imports],
+                    "width": [2 if i else 1 for i in imports],
                 },
-                "unselected": {
-                    "marker": {"opacity": _DIMMED_OPACITY},
-                    "textfont": {"color": _DIMMED_TEXT},
-                },
-            }
-        )
+            },
+            "unselected": {"marker": {"opacity": _DIMMED_OPACITY}},
+        }
+        if labels:
+            trace["text"] = [short_label(name, max_chars) for name in names]
+            trace["textposition"] = text_position
+            trace["textfont"] = {"size": font_size, "color": "rgb(40, 40, 40)"}
+            trace["unselected"]["textfont"] = {"color": _DIMMED_TEXT}
+        traces.append(trace)
     traces.append(
         {
             "type": "scatter", "name": "selected", "x": [], "y": [], "mode": "markers",
@@ -363,7 +395,7 @@ def build_graph_figure(
     ys = [p[1] for p in layout.positions.values()] or [0.0]
     figure_layout = {
         "uirevision": model.graph_hash if uirevision is None else uirevision,
-        "meta": {"graph_hash": model.graph_hash},
+        "meta": {"graph_hash": model.graph_hash, "highlight": client_highlight_data(model)},
         "showlegend": True,
         "legend": {"orientation": "h", "itemsizing": "constant", "x": 0, "y": 1.0,
                    "yanchor": "bottom"},
@@ -467,6 +499,7 @@ def highlight_updates(
 
     highlight = compute_highlight(model, node, role)
     lit = highlight.nodes
+    arrow_of = {k: i for i, k in enumerate(model.arrow_edges)}
     thick, thin, arrows = [], [], []
     for k, pair in enumerate(model.drawn_edges):
         if pair in highlight.thick_edges:
@@ -475,7 +508,8 @@ def highlight_updates(
             thin.append(pair)
         else:
             continue
-        arrows.append(2 * k + 1)
+        if k in arrow_of:
+            arrows.append(2 * arrow_of[k] + 1)
     thick_x, thick_y = _polylines(thick, model.layout.edge_paths)
     thin_x, thin_y = _polylines(thin, model.layout.edge_paths)
     x, y = model.layout.positions[node]
@@ -485,7 +519,7 @@ def highlight_updates(
         (OTHER_ROLE_EDGE_TRACE, ("y",), thin_y),
         (SELECTED_EDGE_TRACE, ("x",), thick_x),
         (SELECTED_EDGE_TRACE, ("y",), thick_y),
-        (ARROW_TRACE, ("selectedpoints",), _selection(arrows, len(model.drawn_edges))),
+        (ARROW_TRACE, ("selectedpoints",), _selection(arrows, len(model.arrow_edges))),
     ]
     for t, (_, names) in enumerate(model.node_traces):
         points = [i for i, n in enumerate(names) if n in lit]
@@ -507,6 +541,54 @@ def highlight_patch(model: GraphFigureModel, node: str | None, role: str | None 
             target = target[key]
         target[path[-1]] = value
     return patch
+
+
+def client_highlight_data(model: GraphFigureModel) -> dict[str, Any]:
+    """What the browser needs to compute :func:`highlight_updates` itself (JSON-able).
+
+    Nodes are numbered in the order of the node traces' points (trace by trace), so the
+    browser finds names, positions and points in the figure itself; roles are numbered
+    by ``roles``. ``edges`` holds ``source, target, source role, target role`` per edge and
+    ``drawn`` ``source, target`` per drawn edge (both flat), ``paths`` the flat
+    ``x0, y0, x1, y1, …`` of each drawn edge's polyline, ``arrows`` the drawn edges with
+    an arrowhead (``arrow_edges``). assets/comgra.js reads it.
+    """
+    names = [name for _, trace_names in model.node_traces for name in trace_names]
+    number = {name: i for i, name in enumerate(names)}
+    roles = sorted(
+        {role for node in model.nodes.values() for role in node.roles}
+        | {role for edge in model.edges for role in edge[2:]}
+    )
+    role_number = {role: i for i, role in enumerate(roles)}
+    edges: list[int] = []
+    for source, target, source_role, target_role in model.edges:
+        edges += [number[source], number[target], role_number[source_role],
+                  role_number[target_role]]
+    drawn: list[int] = []
+    paths: list[list[float]] = []
+    for pair in model.drawn_edges:
+        drawn += [number[pair[0]], number[pair[1]]]
+        paths.append([_compact(c) for point in model.layout.edge_paths[pair] for c in point])
+    return {
+        "version": 1,
+        "traces": {
+            "edges": EDGE_TRACE,
+            "other_role_edges": OTHER_ROLE_EDGE_TRACE,
+            "selected_edges": SELECTED_EDGE_TRACE,
+            "arrows": ARROW_TRACE,
+            "first_node": FIRST_NODE_TRACE,
+            "node_traces": len(model.node_traces),
+            "selection": model.selection_trace,
+        },
+        "edge_color": _EDGE_COLOR,
+        "dimmed_edge_color": _EDGE_COLOR_DIMMED,
+        "roles": roles,
+        "node_roles": [[role_number[r] for r in model.nodes[name].roles] for name in names],
+        "edges": edges,
+        "drawn": drawn,
+        "paths": paths,
+        "arrows": list(model.arrow_edges),
+    }
 
 
 def neighbor_in_direction(model: GraphFigureModel, node: str, direction: str) -> str | None:
@@ -572,13 +654,18 @@ def short_label(name: str, max_chars: int) -> str:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _label_style(layout: GraphLayout, width_px: int, height_px: int) -> tuple[int, int, int, str]:
-    """(font size, marker size, label length, text position) for the initial zoom.
+def _label_style(
+    layout: GraphLayout, width_px: int, height_px: int, num_nodes: int = 0
+) -> tuple[int, int, int, str, bool]:
+    """(font size, marker size, label length, text position, labels?) for the initial zoom.
 
     The densest column and the width of a layer decide: with room, labels stand above
     their marker; in a crowded column they stand beside it in a smaller font, so they do
     not overlap the next node's label; with many layers the font shrinks so that ~10
-    characters fit a layer's width (never below 7 px: zooming in helps then).
+    characters fit a layer's width (never below 7 px: zooming in helps then). Labels are
+    left out (``labels?`` False) when a node's row is lower than that smallest font or a
+    layer narrower than ``_MIN_LABEL_CHARS`` characters of it, and above
+    ``MAX_LABELED_NODES`` nodes.
     """
     ys = [p[1] for p in layout.positions.values()] or [0.0]
     px_per_unit = height_px / (max(ys) - min(ys) + 2 * _Y_PADDING)
@@ -593,9 +680,14 @@ def _label_style(layout: GraphLayout, width_px: int, height_px: int) -> tuple[in
         font_room = px_per_unit - 2
     # as large as the node's height allows, but small enough for ~10 characters to fit
     # the width of a layer
-    font = int(min(12, max(7, min(font_room, room / (0.6 * 10)))))
+    font = int(min(12, max(_MIN_FONT, min(font_room, room / (0.6 * 10)))))
     max_chars = int(min(28, max(6, room / (0.6 * font))))
-    return font, marker, max_chars, position
+    labels = (
+        num_nodes <= MAX_LABELED_NODES
+        and font_room >= _MIN_FONT
+        and room >= 0.6 * _MIN_FONT * _MIN_LABEL_CHARS
+    )
+    return font, marker, max_chars, position, labels
 
 
 def _selection(points: list[int], size: int) -> list[int] | None:
@@ -605,6 +697,11 @@ def _selection(points: list[int], size: int) -> list[int] | None:
 
 def _r(value: float) -> float:
     return round(value, 2)
+
+
+def _compact(value: float) -> float | int:
+    # a whole number as an int: "3" instead of "3.0" in every payload
+    return int(value) if float(value).is_integer() else value
 
 
 def _polylines(
@@ -629,8 +726,7 @@ def _polylines(
         while pair is not None:
             done.add(pair)
             for px, py in paths[pair][skip:]:
-                # x is a whole number of layers: "3" instead of "3.0" in every payload
-                xs.append(int(px) if px.is_integer() else px)
+                xs.append(_compact(px))  # x is a whole number of layers
                 ys.append(py)
             skip = 1
             following = unused.get(pair[1])

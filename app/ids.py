@@ -22,6 +22,7 @@ NAV = "nav"
 # Tensors page
 GRAPH_CONTAINER = "dependency-graph-container"  # plain id: assets/comgra.js looks for it
 GRAPH_KEY = "graph-key"
+GRAPH_SHOWN = "graph-shown"  # dcc.Store: the highlight the graph figure shows
 VALUES_KEY = "values-key"
 SERIES_KEY = "series-key"
 VALUE_HEADER = "value-header"

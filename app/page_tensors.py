@@ -5,6 +5,11 @@ the graph (full figure only when the graph structure changes, else a highlight P
 the values (header, statistics table, per-neuron heatmap) and the series across steps
 (the step marker is patched when only the step changed). Each keeps a small key of
 what it shows and returns ``no_update`` when the key did not change.
+
+A click on a node is highlighted in the browser at once (``comgra.graphClick`` in
+assets/comgra.js, a clientside callback), which notes the highlight it drew in the
+``GRAPH_SHOWN`` store; the graph callback sends its patch only when the selection the
+server made differs from that (another role, or a node that cannot be selected).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import dash
-from dash import Input, Output, Patch, dcc, html, no_update
+from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
@@ -30,6 +35,9 @@ GRAPH_CONFIG = {
     "displaylogo": False,
     "scrollZoom": True,
     "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d", "toImage"],
+    # plotly takes two clicks within 500 ms (anywhere) for a double click, which resets
+    # the zoom: clicking one node and then another quickly lost the zoom
+    "doubleClickDelay": 300,
 }
 # Value views: no mode bar (it would cover the legend); scroll to zoom, double-click resets.
 VIEW_CONFIG = {"displaylogo": False, "displayModeBar": False, "scrollZoom": True}
@@ -107,6 +115,7 @@ def build() -> html.Div:
                         className="value-views",
                     ),
                     dcc.Store(id=ids.GRAPH_KEY, storage_type="memory"),
+                    dcc.Store(id=ids.GRAPH_SHOWN, storage_type="memory"),
                     dcc.Store(id=ids.VALUES_KEY, storage_type="memory"),
                     dcc.Store(id=ids.SERIES_KEY, storage_type="memory"),
                 ],
@@ -179,10 +188,12 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
     @app.callback(
         Output(ids.dependency_graph(), "figure"),
         Output(ids.GRAPH_KEY, "data"),
+        Output(ids.GRAPH_SHOWN, "data"),
         Input(ids.SELECTION, "data"),
         Input(ids.GRAPH_KEY, "data"),  # inside the page: fires when the page is shown
+        State(ids.GRAPH_SHOWN, "data"),
     )
-    def draw_graph(selection: dict | None, shown: dict | None) -> tuple:
+    def draw_graph(selection: dict | None, shown: dict | None, drawn: dict | None) -> tuple:
         started = time.perf_counter()
         current = (selection or {}).get("current") or {}
         trial, step, iteration = (
@@ -194,25 +205,29 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
             message = "no recorded steps yet" if trial else "no trials yet"
             key = {"graph": None, "message": message}
             if shown == key:
-                return no_update, no_update
-            return figures.empty_figure(message), key
+                return no_update, no_update, no_update
+            return figures.empty_figure(message), key, None
         model = state.graph_model(trial, step, iteration)
         if model is None:
             key = {"graph": None, "message": "graph not written yet"}
             return (
-                (figures.empty_figure("the graph of this step is not written yet"), key)
+                (figures.empty_figure("the graph of this step is not written yet"), key, None)
                 if shown != key
-                else (no_update, no_update)
+                else (no_update, no_update, no_update)
             )
         graph_key = [model.graph_hash, iteration]
         node, role = current.get("node"), current.get("role")
         key = {"graph": graph_key, "node": node, "role": role}
-        if shown == key:
-            return no_update, no_update
+        # what the figure shows: the browser draws a clicked node itself (comgra.graphClick)
+        highlight = {"hash": model.graph_hash, "node": node, "role": role}
+        if shown == key and drawn == highlight:
+            return no_update, no_update, no_update
         if shown and shown.get("graph") == graph_key:
+            if drawn == highlight:
+                return no_update, key, no_update
             result = highlight_patch(model, node, role)
             state.timings.record("graph_patch", time.perf_counter() - started)
-            return result, key
+            return result, key, highlight
         figure = build_graph_figure(
             model,
             selected_node=node,
@@ -221,7 +236,18 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
             height_px=GRAPH_HEIGHT_PX,
         )
         state.timings.record("graph_figure", time.perf_counter() - started)
-        return figure, key
+        return figure, key, highlight
+
+    app.clientside_callback(
+        ClientsideFunction(namespace="comgra", function_name="graphClick"),
+        Output(ids.dependency_graph(), "figure", allow_duplicate=True),
+        Output(ids.GRAPH_SHOWN, "data", allow_duplicate=True),
+        Input(ids.dependency_graph(), "clickData"),
+        State(ids.dependency_graph(), "figure"),
+        State(ids.SELECTION, "data"),
+        State(ids.GRAPH_SHOWN, "data"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output(ids.VALUE_HEADER, "children"),

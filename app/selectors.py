@@ -32,6 +32,9 @@ PANEL_FIELDS: tuple[tuple[str, str], ...] = (
     ("aggregation", "Batch or sample"),
     ("role", "Role of tensor"),
 )
+#: Fields with a dropdown (the step has a typed field and a slider instead: its thousands
+#: of options are never labelled).
+DROPDOWN_FIELDS: tuple[str, ...] = tuple(f for f in sel.CHAIN if f != "training_step")
 _KEY_DIRECTIONS = {"left", "right", "up", "down"}
 _MAX_STEP_MARKS = 6
 
@@ -276,7 +279,7 @@ def control_values(state: AppState, selection: Mapping[str, Any]) -> dict[str, A
     )
     categories = info.sample_categories if info is not None else {}
     dropdowns = {}
-    for field in sel.CHAIN:
+    for field in DROPDOWN_FIELDS:
         labels = []
         for value in options[field]:
             label = value if field == "node" else sel.option_label(field, value)
@@ -361,8 +364,16 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         )
         step = new["current"].get("training_step")
         step_changed = changed("values", "training_step", step)
+        # A clicked node is highlighted in the browser before this answers (comgra.graphClick):
+        # when the selection cannot take it, the store is sent even unchanged, so that the
+        # graph callback puts the highlight back on the selected node.
+        rejected_click = (
+            event is not None
+            and event[0] == "node-click"
+            and _clicked(event[1]) not in (None, new["current"].get("node"))
+        )
         result = (
-            new if new != store else no_update,
+            new if new != store or rejected_click else no_update,
             column("options", outputs[1], []),
             column("values", outputs[2]),
             column("at_first", outputs[3], True),

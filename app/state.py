@@ -13,7 +13,6 @@ version, so a refresh that finds new data for a trial makes them stale by constr
 from __future__ import annotations
 
 import logging
-import queue
 import sys
 import threading
 import time
@@ -31,6 +30,11 @@ from . import selection as sel
 from .graph_figure import GraphFigureModel, build_graph_model
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
+#: The neighbour prefetch starts only when no callback has run for this long (the views
+#: of a change are requested some 40 ms after the selection callback answered) ...
+PREFETCH_QUIET_SECONDS = 0.15
+#: ... and at the latest this long after it was asked for, busy or not.
+PREFETCH_MAX_WAIT_SECONDS = 3.0
 log = logging.getLogger("comgra_like.app")
 
 
@@ -179,10 +183,14 @@ class AppState:
         self._last_data_time: float | None = None
         self._trial_versions: dict[str, int] = {}
         self.timings = Timings()
-        self._prefetch_queue: queue.Queue = queue.Queue()
+        # prefetch: the newest wish (keys of the neighbours of the step last shown) waits
+        # in _prefetch_wish until the callbacks are done; an older wish is dropped.
+        self._prefetch_wish: tuple[float, list[tuple]] | None = None
         self._prefetch_thread: threading.Thread | None = None
-        self._prefetching: set[tuple] = set()
-        self._prefetch_lock = threading.Lock()  # not _lock: a slow refresh must not block it
+        # not _lock: a slow refresh must not block it
+        self._prefetch_wake = threading.Condition(threading.Lock())
+        self._callbacks_running = 0
+        self._last_callback_end = 0.0
         self.refresh(force=True)
 
     # --- refresh ----------------------------------------------------------------------
@@ -475,43 +483,82 @@ class AppState:
             return pd.DataFrame()
         return self._group.read_kpis(trial_id)
 
+    def callback_started(self) -> None:
+        """A callback request begins (create_app calls this from a Flask hook)."""
+        with self._prefetch_wake:
+            self._callbacks_running += 1
+
+    def callback_finished(self) -> None:
+        with self._prefetch_wake:
+            self._callbacks_running = max(0, self._callbacks_running - 1)
+            self._last_callback_end = time.monotonic()
+            self._prefetch_wake.notify_all()
+
     def prefetch_neighbours(
         self, trial_id: str | None, step: int | None, steps: Sequence[int]
     ) -> None:
-        """Read the steps before and after ``step`` in the background, so ◀ ▶ answer at once."""
+        """Read the steps before and after ``step`` in the background, so ◀ ▶ answer at once.
+
+        Not at once: the views of this very step are about to be computed, and a read
+        beside them would slow them down. The read starts when no callback has run for
+        ``PREFETCH_QUIET_SECONDS`` (``callback_started``/``callback_finished``), and is
+        dropped when a newer step asks for its neighbours first.
+        """
         if trial_id is None or step is None or step not in steps:
             return
         position = list(steps).index(step)
-        for i in (position + 1, position - 1):
-            if not 0 <= i < len(steps):
-                continue
-            key = (trial_id, steps[i], self.trial_version(trial_id))
-            with self._prefetch_lock:
-                if key in self._prefetching or self.cache.get(("tensor_index", *key)) is not None:
+        version = self.trial_version(trial_id)
+        keys = [
+            (trial_id, steps[i], version)
+            for i in (position + 1, position - 1)
+            if 0 <= i < len(steps)
+        ]
+        with self._prefetch_wake:
+            self._prefetch_wish = (time.monotonic(), keys)
+            if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
+                self._prefetch_thread = threading.Thread(
+                    target=self._prefetch_loop, name="comgra-prefetch", daemon=True
+                )
+                self._prefetch_thread.start()
+            self._prefetch_wake.notify_all()
+
+    def _next_prefetch(self) -> tuple:
+        """Wait for a wish and for quiet; the (trial, step, version) to read next."""
+        with self._prefetch_wake:
+            while True:
+                wish = self._prefetch_wish
+                if wish is None:
+                    self._prefetch_wake.wait()
                     continue
-                self._prefetching.add(key)
-                if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
-                    self._prefetch_thread = threading.Thread(
-                        target=self._prefetch_loop, name="comgra-prefetch", daemon=True
-                    )
-                    self._prefetch_thread.start()
-            self._prefetch_queue.put(key)
+                asked, keys = wish
+                keys = [k for k in keys if self.cache.get(("tensor_index", *k)) is None]
+                if not keys:
+                    self._prefetch_wish = None
+                    continue
+                now = time.monotonic()
+                quiet_for = now - self._last_callback_end
+                if now - asked >= PREFETCH_MAX_WAIT_SECONDS or (
+                    self._callbacks_running == 0 and quiet_for >= PREFETCH_QUIET_SECONDS
+                ):
+                    rest = keys[1:]
+                    self._prefetch_wish = (asked, rest) if rest else None
+                    return keys[0]
+                wait = PREFETCH_MAX_WAIT_SECONDS - (now - asked)
+                if self._callbacks_running == 0:
+                    wait = min(wait, PREFETCH_QUIET_SECONDS - quiet_for)
+                self._prefetch_wake.wait(max(0.005, wait))
 
     def _prefetch_loop(self) -> None:
         try:
             while True:
-                key = self._prefetch_queue.get()
-                trial_id, step, _version = key
+                trial_id, step, _version = self._next_prefetch()
                 try:
                     self.tensor_index(trial_id, step)
                 except Exception as exc:  # noqa: BLE001 - a failed prefetch costs only the later read
                     log.debug("prefetch of %s step %s failed: %s", trial_id, step, exc)
-                finally:
-                    with self._prefetch_lock:
-                        self._prefetching.discard(key)
         except BaseException:  # noqa: BLE001 - stopped from outside (test servers kill threads)
-            with self._prefetch_lock:
-                self._prefetching.clear()
+            with self._prefetch_wake:
+                self._prefetch_wish = None
 
     # --- selector options -------------------------------------------------------------
 

@@ -13,10 +13,13 @@ from comgra_like.app.graph_figure import (
     EDGE_TRACE,
     FIRST_NODE_TRACE,
     KIND_COLORS,
+    MAX_ARROWS,
+    MAX_LABELED_NODES,
     OTHER_ROLE_EDGE_TRACE,
     SELECTED_EDGE_TRACE,
     build_graph_figure,
     build_graph_model,
+    client_highlight_data,
     compute_highlight,
     highlight_patch,
     highlight_updates,
@@ -203,6 +206,81 @@ def test_labels_are_shortened_and_text_shrinks_on_big_graphs():
                                                              big_trace.customdata)
     hover = dict(zip(big_trace.customdata, big_trace.hovertext))
     assert all(name in hover[name] for name in big_trace.customdata)
+
+
+def test_labels_only_where_they_can_be_read():
+    small = build_graph_figure(build_graph_model(hand_made_graph()))
+    assert all(t.mode == "markers+text" and t.text for t in small.data if t.customdata)
+    # more than MAX_LABELED_NODES nodes: no labels, however much room there is
+    big = build_graph_model(layered_graph(500))
+    for width in (960, 6000):
+        for trace in (t for t in build_graph_figure(big, width_px=width).data if t.customdata):
+            assert trace.mode == "markers" and trace.text is None
+            assert trace.unselected.textfont.color is None
+            # the hover text still names every node
+            assert all(n in h for n, h in zip(trace.customdata, trace.hovertext))
+    assert len(big.nodes) > MAX_LABELED_NODES
+    # a long chain in a narrow plot: no room for a label between two columns
+    chain = Graph("chain", [Node(f"n{i}", "calculated") for i in range(120)],
+                  [Edge(f"n{i}", f"n{i + 1}") for i in range(119)])
+    narrow = build_graph_figure(build_graph_model(chain), width_px=400)
+    assert narrow.data[FIRST_NODE_TRACE].mode == "markers"
+    assert build_graph_figure(build_graph_model(chain), width_px=6000).data[
+        FIRST_NODE_TRACE].mode == "markers+text"
+
+
+def test_big_graphs_have_arrowheads_only_on_edges_running_right_to_left():
+    graph = layered_graph(200)
+    # a cycle: its back edge is drawn right to left
+    graph = Graph("cycle", graph.nodes, [*graph.edges, Edge("loss", "block1.t0")])
+    model = build_graph_model(graph)
+    assert len(model.drawn_edges) > MAX_ARROWS
+    reversed_edges = [k for k, pair in enumerate(model.drawn_edges)
+                      if pair in model.layout.reversed_edges]
+    assert model.arrow_edges == tuple(reversed_edges) and reversed_edges
+    figure = build_graph_figure(model)
+    arrows = figure.data[ARROW_TRACE]
+    assert len(arrows.x) == 2 * len(reversed_edges)
+    # the lit arrowheads are those of the highlighted edges that have one
+    updates = {(t, p): v for t, p, v in highlight_updates(model, "loss", None)}
+    highlight = compute_highlight(model, "loss")
+    lit = updates[(ARROW_TRACE, ("selectedpoints",))]
+    points = range(1, len(arrows.x), 2) if lit is None else lit  # None: all of them
+    shown = {model.drawn_edges[model.arrow_edges[(i - 1) // 2]] for i in points}
+    with_arrows = {model.drawn_edges[k] for k in model.arrow_edges}
+    assert shown and shown == with_arrows & (highlight.thick_edges | highlight.thin_edges)
+    # small graphs: every edge
+    small = build_graph_model(hand_made_graph())
+    assert small.arrow_edges == tuple(range(len(small.drawn_edges)))
+
+
+def test_client_highlight_data_describes_the_figure(model):
+    figure = build_graph_figure(model)
+    data = figure.layout.meta["highlight"]
+    assert data == json.loads(json.dumps(client_highlight_data(model)))
+    traces = data["traces"]
+    assert (traces["edges"], traces["other_role_edges"], traces["selected_edges"],
+            traces["arrows"], traces["first_node"]) == (EDGE_TRACE, OTHER_ROLE_EDGE_TRACE,
+                                                         SELECTED_EDGE_TRACE, ARROW_TRACE,
+                                                         FIRST_NODE_TRACE)
+    assert traces["selection"] == model.selection_trace
+    assert figure.data[traces["selection"]].name == "selected"
+    # nodes are numbered in point order of the node traces
+    names = [n for t in figure.data[FIRST_NODE_TRACE:model.selection_trace]
+             for n in t.customdata]
+    edges = {(names[data["edges"][i]], names[data["edges"][i + 1]],
+              data["roles"][data["edges"][i + 2]], data["roles"][data["edges"][i + 3]])
+             for i in range(0, len(data["edges"]), 4)}
+    assert edges == set(model.edges)
+    drawn = [(names[data["drawn"][i]], names[data["drawn"][i + 1]])
+             for i in range(0, len(data["drawn"]), 2)]
+    assert drawn == list(model.drawn_edges)
+    for pair, path in zip(drawn, data["paths"]):
+        assert list(zip(path[0::2], path[1::2])) == [tuple(p) for p in
+                                                     model.layout.edge_paths[pair]]
+    h1 = names.index("h1")
+    assert [data["roles"][r] for r in data["node_roles"][h1]] == ["main", "pre"]
+    assert data["arrows"] == list(model.arrow_edges)
 
 
 def test_short_label():

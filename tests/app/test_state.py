@@ -4,11 +4,13 @@ data written by the real recorder."""
 from __future__ import annotations
 
 import shutil
+import time
 
 import numpy as np
 import pytest
 from comgra_like.app import create_app, selectors
 from comgra_like.app import selection as sel
+from comgra_like.app import state as state_module
 from comgra_like.app.page_tensors import is_complete
 from comgra_like.app.state import AppState, ByteLRU, estimate_bytes
 
@@ -105,6 +107,9 @@ def test_apply_event_for_each_kind_of_user_action(tiny_group):
     controls = selectors.control_values(state, store)
     assert controls["steps"] == [0, 1, 4, 5, 8, 9, 10]
     assert controls["options"]["aggregation"][3]["label"] == "Sample 0"
+    # the step has no dropdown: its (possibly thousands of) options get no labels
+    assert "training_step" not in controls["options"]
+    assert set(controls["options"]) == set(selectors.DROPDOWN_FIELDS) | {"statistic"}
 
 
 def test_step_marks_are_few():
@@ -140,3 +145,69 @@ def test_create_app_builds_independent_apps(tiny_group):
     first, second = create_app(tiny_group), create_app(tiny_group)
     assert first.comgra_state is not second.comgra_state
     assert len(first.callback_map) == len(second.callback_map) > 5
+
+
+def _indexed_steps(state: AppState, trial: str) -> set[int]:
+    return {
+        step
+        for step in state.steps(trial)
+        if state.cache.get(("tensor_index", trial, step, state.trial_version(trial)))
+        is not None
+    }
+
+
+def _wait_for(condition, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_prefetch_waits_until_the_callbacks_are_done(tiny_group, monkeypatch):
+    monkeypatch.setattr(state_module, "PREFETCH_QUIET_SECONDS", 0.2)
+    state = AppState(tiny_group)
+    steps = list(state.steps("trial_a"))  # [0, 1, 4, 5, 8, 9, 10]
+    state.callback_started()  # the views of step 4 are being computed
+    state.prefetch_neighbours("trial_a", 4, steps)
+    time.sleep(0.3)
+    assert _indexed_steps(state, "trial_a") == set()  # nothing read beside the callback
+    state.callback_finished()
+    started = time.monotonic()
+    assert _wait_for(lambda: _indexed_steps(state, "trial_a") == {1, 5})
+    assert time.monotonic() - started >= 0.15  # and only after a quiet moment
+
+
+def test_a_newer_prefetch_replaces_an_older_one(tiny_group, monkeypatch):
+    monkeypatch.setattr(state_module, "PREFETCH_QUIET_SECONDS", 0.2)
+    state = AppState(tiny_group)
+    steps = list(state.steps("trial_a"))
+    state.callback_started()
+    state.prefetch_neighbours("trial_a", 1, steps)  # a step the user went past
+    state.prefetch_neighbours("trial_a", 9, steps)
+    state.callback_finished()
+    assert _wait_for(lambda: _indexed_steps(state, "trial_a") >= {8, 10})
+    time.sleep(0.3)
+    assert _indexed_steps(state, "trial_a") == {8, 10}
+    # without any callback running (an AppState outside an app) it starts after the delay
+    state.prefetch_neighbours("trial_a", 0, steps)
+    assert _wait_for(lambda: 1 in _indexed_steps(state, "trial_a"))
+
+
+def test_the_app_tells_its_state_when_callbacks_run(tiny_group):
+    app = create_app(tiny_group)
+    state = app.comgra_state
+    seen = []
+    original = state.callback_started
+
+    def started() -> None:
+        seen.append(state._callbacks_running)
+        original()
+
+    state.callback_started = started
+    client = app.server.test_client()
+    assert client.get("/").status_code == 200  # not a callback
+    assert seen == []
+    client.post("/_dash-update-component", json={})  # a (malformed) callback request
+    assert seen == [0] and state._callbacks_running == 0

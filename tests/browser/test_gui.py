@@ -268,3 +268,163 @@ def test_new_data_appears_without_reload(dash_duo, tmp_path, tiny_run_class):
     dash_duo.find_element(css(ids.previous("training_step"))).click()
     wait_for_header(dash_duo, "step", "2")
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+# --- the highlight of a click, drawn in the browser -------------------------------------
+
+RING = """
+const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
+const ring = (gd._fullData || []).find((t) => t.name === 'selected');
+if (!ring || !ring.x || ring.x.length !== 1) return null;
+for (const trace of gd.data) {
+  const names = trace.customdata || [];
+  for (let i = 0; i < names.length; i++) {
+    if (trace.x[i] === ring.x[0] && trace.y[i] === ring.y[0]) return names[i];
+  }
+}
+return '?';
+"""
+
+
+def ringed_node(dash_duo):
+    """The node the selection ring of the drawn graph sits on (None: no ring)."""
+    return dash_duo.driver.execute_script(RING, GRAPH)
+
+
+def wait_for_ring(dash_duo, name, timeout: float = 10) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if ringed_node(dash_duo) == name:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the ring is on {ringed_node(dash_duo)!r}, expected {name!r}")
+
+
+def test_a_click_is_highlighted_before_the_server_answers(dash_duo, tiny_group, monkeypatch):
+    from comgra_like.app import selectors
+
+    slow_clicks = []
+    apply_event = selectors.apply_event
+
+    def slow_apply_event(state, store, event):
+        if event and event[0] == "node-click" and slow_clicks:
+            time.sleep(slow_clicks[0])
+        return apply_event(state, store, event)
+
+    monkeypatch.setattr(selectors, "apply_event", slow_apply_event)
+    app = start(dash_duo, tiny_group)
+    state = app.comgra_state
+    wait_for_ring(dash_duo, "input")
+    patches = state.timings.summary().get("graph_patch", {}).get("count", 0)
+
+    slow_clicks.append(3.0)  # the server takes 3 s to answer a click
+    click_node(dash_duo, "memory")
+    wait_for_ring(dash_duo, "memory", timeout=2.0)
+    assert header_item(dash_duo, "node") == "input"  # the server has not answered yet
+    wait_for_header(dash_duo, "node", "memory")
+    time.sleep(0.3)
+    assert ringed_node(dash_duo) == "memory"
+    # the server agreed with what the browser drew: it sent no patch of its own
+    assert state.timings.summary().get("graph_patch", {}).get("count", 0) == patches
+    slow_clicks.clear()
+
+    # a node the selection cannot take (nothing recorded for it): the ring goes back to
+    # the selected node, also when the same node is clicked again (the selection does
+    # not change then)
+    recorded = state.recorded
+
+    def nothing_for_weight(trial, step, node, role):
+        return {} if node.name == "net.cell.weight" else recorded(trial, step, node, role)
+
+    state.recorded = nothing_for_weight
+    for _ in range(2):
+        click_node(dash_duo, "net.cell.weight")
+        time.sleep(1.0)
+        selected = header_item(dash_duo, "node")
+        assert selected != "net.cell.weight"
+        wait_for_ring(dash_duo, selected)
+
+    # keyboard navigation is the server's: its patch moves the ring
+    dash_duo.find_element("body").send_keys(Keys.ARROW_RIGHT)
+    moved_to = wait_for_change(lambda: header_item(dash_duo, "node"), selected)
+    wait_for_ring(dash_duo, moved_to)
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+def _role_graph(num_nodes: int):
+    """A layered graph of two-role nodes with a back edge (drawn right to left)."""
+    from types import SimpleNamespace as NS
+
+    def node(name, kind="calculated", roles=("main", "aux")):
+        return NS(name=name, kind=kind, roles=roles, tensor_names={}, shapes={}, iteration=0,
+                  is_import=False, module_group=None)
+
+    nodes, edges, previous = [node("in", "input", ("main",))], [], ["in"]
+    while len(nodes) < num_nodes - 1:
+        layer = []
+        for k in range(8):
+            name = f"b{len(nodes)}.t{k}"
+            nodes.append(node(name))
+            for j, source in enumerate((previous[k % len(previous)],
+                                        previous[(3 * k + 1) % len(previous)])):
+                roles = ("main", "aux")
+                edges.append(NS(source=source, target=name,
+                                source_role="main" if source == "in" else roles[(k + j) % 2],
+                                target_role=roles[(k * j) % 2]))
+            layer.append(name)
+        previous = layer
+    nodes.append(node("loss", "loss", ("main",)))
+    edges += [NS(source=n, target="loss", source_role="aux", target_role="main")
+              for n in previous]
+    edges.append(NS(source="loss", target="b1.t0", source_role="main", target_role="aux"))
+    return NS(graph_hash=f"roles-{num_nodes}", nodes=nodes, edges=edges)
+
+
+def _numbers_as_floats(value):
+    """JSON-like ``value`` with every number a float (the browser returns 1.0 as 1)."""
+    if isinstance(value, list):
+        return [_numbers_as_floats(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def test_the_browser_computes_the_highlight_of_the_server(dash_duo, tiny_group):
+    """assets/comgra.js's highlightUpdates is a port of graph_figure.highlight_updates:
+    the same updates for every node and role (and an unknown node and role)."""
+    import json
+
+    from comgra_like.app.graph_figure import (
+        MAX_ARROWS,
+        build_graph_figure,
+        build_graph_model,
+        highlight_updates,
+    )
+    from plotly.io.json import to_json_plotly
+
+    app = start(dash_duo, tiny_group)
+    state = app.comgra_state
+    models = [state.graph_model("trial_a", 5, iteration) for iteration in (0, 1, 2)]
+    models += [build_graph_model(_role_graph(40)), build_graph_model(_role_graph(400))]
+    assert len(models[-1].drawn_edges) > MAX_ARROWS and models[-1].layout.reversed_edges
+    checked = 0
+    for model in models:
+        figure = json.loads(to_json_plotly(build_graph_figure(model)))
+        queries = [[name, role] for name, node in model.nodes.items()
+                   for role in (None, *node.roles, "nonexistent")]
+        queries.append(["not a node", "main"])
+        expected = [
+            json.loads(to_json_plotly([[t, list(p), v] for t, p, v in
+                                       highlight_updates(model, name, role)]))
+            for name, role in queries
+        ]
+        got = dash_duo.driver.execute_script(
+            "const comgra = window.dash_clientside.comgra;"
+            "return arguments[1].map((q) => comgra.highlightUpdates(arguments[0], q[0], q[1]));",
+            figure,
+            queries,
+        )
+        for query, mine, theirs in zip(queries, got, expected):
+            assert _numbers_as_floats(mine) == _numbers_as_floats(theirs), (model, query)
+            checked += 1
+    assert checked > 1000
