@@ -1307,32 +1307,9 @@ class LiveTrial:
 
 
 def _record_step(rec: Any, net: Any, opt: Any, step: int, batch: int, width: int) -> None:
-    import torch
+    from comgra_like.scripts.make_synthetic_group import record_step
 
-    rec.start_batch(step, batch, type_of_execution="01_iterations")
-    h = torch.zeros(batch, width)
-    rec.register_tensor(
-        "state_initial", h, is_initial_value=True, node_name="state", role_within_node="initial"
-    )
-    target = torch.randn(batch, width)
-    rec.start_iteration()
-    inp = torch.randn(batch, width)
-    rec.register_tensor("input", inp, is_input=True)
-    h = h + inp
-    for i, layer in enumerate(net.layers):
-        h = torch.tanh(layer(h))
-        rec.register_tensor(f"hidden_{i:02d}", h)
-    rec.register_tensor("state", h, node_name="state", role_within_node="state")
-    rec.register_tensor("target", target, is_target=True)
-    loss = ((h - target) ** 2).mean()
-    rec.register_tensor("loss", loss, is_loss=True)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    rec.record_current_gradients("main")
-    rec.record_kpi_in_graph("loss", "train", loss)
-    rec.finish_iteration()
-    rec.finish_batch()
+    record_step(rec, net, opt, step, 1, batch, width)
 
 
 def section_refresh(

@@ -26,6 +26,37 @@ class Chain(torch.nn.Module):
         self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
 
 
+def record_step(rec: ComgraRecorder, net: Chain, opt: torch.optim.Optimizer, step: int,
+                iterations: int, batch: int, width: int) -> None:
+    """One recorded training step of the synthetic network, ``iterations`` iterations long."""
+    rec.start_batch(step, batch, type_of_execution=f"{iterations:02d}_iterations")
+    h = torch.zeros(batch, width)
+    rec.register_tensor("state_initial", h, is_initial_value=True, node_name="state",
+                        role_within_node="initial")
+    x = torch.randn(batch, iterations, width)
+    target = torch.randn(batch, width)
+    for it in range(iterations):
+        rec.start_iteration()
+        inp = x[:, it].clone()
+        rec.register_tensor("input", inp, is_input=True)
+        h = h + inp
+        for i, layer in enumerate(net.layers):
+            h = torch.tanh(layer(h))
+            rec.register_tensor(f"hidden_{i:02d}", h)
+        rec.register_tensor("state", h, node_name="state", role_within_node="state")
+        if it == iterations - 1:
+            rec.register_tensor("target", target, is_target=True)
+            loss = ((h - target) ** 2).mean()
+            rec.register_tensor("loss", loss, is_loss=True)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            rec.record_current_gradients("main")
+            rec.record_kpi_in_graph("loss", "train", loss)
+        rec.finish_iteration()
+    rec.finish_batch()
+
+
 def build(out: Path, trials: int, steps: int, nodes: int, long_every: int, long_iterations: int,
           batch: int = 8, width: int = 16) -> Path:
     depth = max(1, (nodes - 4) // 3)  # per layer: 1 calculated node + weight + bias nodes
@@ -40,34 +71,8 @@ def build(out: Path, trials: int, steps: int, nodes: int, long_every: int, long_
         rec.track_module("net", net)
         start = time.perf_counter()
         for step in range(steps):
-            iterations = long_iterations if long_every and step % long_every == long_every - 1 else 1
-            toe = f"{iterations:02d}_iterations"
-            rec.start_batch(step, batch, type_of_execution=toe)
-            h = torch.zeros(batch, width)
-            rec.register_tensor("state_initial", h, is_initial_value=True, node_name="state",
-                                role_within_node="initial")
-            x = torch.randn(batch, iterations, width)
-            target = torch.randn(batch, width)
-            for it in range(iterations):
-                rec.start_iteration()
-                inp = x[:, it].clone()
-                rec.register_tensor("input", inp, is_input=True)
-                h = h + inp
-                for i, layer in enumerate(net.layers):
-                    h = torch.tanh(layer(h))
-                    rec.register_tensor(f"hidden_{i:02d}", h)
-                rec.register_tensor("state", h, node_name="state", role_within_node="state")
-                if it == iterations - 1:
-                    rec.register_tensor("target", target, is_target=True)
-                    loss = ((h - target) ** 2).mean()
-                    rec.register_tensor("loss", loss, is_loss=True)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    rec.record_current_gradients("main")
-                    rec.record_kpi_in_graph("loss", "train", loss)
-                rec.finish_iteration()
-            rec.finish_batch()
+            long = long_every and step % long_every == long_every - 1
+            record_step(rec, net, opt, step, long_iterations if long else 1, batch, width)
         rec.finalize()
         print(f"trial_{t}: {steps} steps in {time.perf_counter() - start:.1f} s", flush=True)
     return out
