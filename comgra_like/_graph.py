@@ -43,31 +43,33 @@ class DependencyWalker:
         self._fill(fn)
         return self._memo[fn]
 
-    def _children(self, fn):
-        return [(c, nr) for c, nr in getattr(fn, "next_functions", ()) if c is not None]
-
     def _fill(self, start) -> None:
         memo = self._memo
-        stack = [(start, False)]
+        owner_of = self._owner_of
+        kids_of: dict[object, list] = {}  # children and their owners, looked up once
+        stack = [start]
         while stack:
-            fn, expanded = stack.pop()
+            fn = stack[-1]
             if fn in memo:
+                stack.pop()
                 continue
-            children = self._children(fn)
-            if not expanded:
-                stack.append((fn, True))
-                for child, nr in children:
-                    if child not in memo and self._owner_of(child, nr) is None:
-                        stack.append((child, False))
-                continue
+            kids = kids_of.get(fn)
+            if kids is None:
+                kids = kids_of[fn] = [(c, owner_of(c, nr))
+                                      for c, nr in getattr(fn, "next_functions", ())
+                                      if c is not None]
+                waiting = [c for c, own in kids if own is None and c not in memo]
+                if waiting:
+                    stack += waiting
+                    continue
+            stack.pop()
             deps = set(self._connections_into(fn))
-            for child, nr in children:
-                own = self._owner_of(child, nr)
+            for child, own in kids:
                 if own is not None:
                     deps.add(own)
                 else:
                     deps |= memo[child]
-            if not children and not deps:
+            if not kids and not deps:
                 problem = self._describe_leaf(fn)
                 if problem is not None:
                     raise GraphError(problem)

@@ -1,11 +1,12 @@
-"""Statistics of many tensors at once, with a handful of ops per distinct tensor size.
+"""Statistics of many tensors at once, in numpy, with a handful of calls per tensor size.
 
-Captured tensors are flattened to ``[batch, values]``. Tensors with the same number of
-values are stacked into one ``[batch, count, values]`` block and reduced along the last
-(contiguous) dimension, so a network whose registered tensors come in a few sizes costs
-a few dozen kernel launches per recorded step, however many tensors it registers.
-(Reducing one concatenated matrix with ``index_add_``/``scatter_reduce_`` was tried
-first: those loop per index entry on the CPU and were 4-8x slower.)
+This runs in the writer process (see ``store/worker.py``), which has no torch: the
+training process copies the recorded tensors into shared memory and goes on training
+while this process reduces them. Captured tensors are flattened to ``[batch, values]``;
+tensors with the same number of values are stacked into one ``[batch, count, values]``
+block and reduced along the last (contiguous) axis, so a network whose registered tensors
+come in a few sizes costs a few dozen numpy calls per recorded step, however many tensors
+it registers.
 """
 
 from __future__ import annotations
@@ -13,104 +14,154 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 # Column order of the statistics; must match schema.STATISTICS.
 STAT_NAMES = ("mean", "abs_mean", "std", "abs_max", "min", "max", "norm", "nan_count", "inf_count")
 NUM_STATS = len(STAT_NAMES)
 
 
-def block_statistics(x: torch.Tensor) -> torch.Tensor:
-    """Statistics over the last dimension of ``x`` (``[..., n]``) -> ``[..., NUM_STATS]``.
+def block_statistics(x: np.ndarray) -> np.ndarray:
+    """Statistics over the last axis of a float32 ``x`` (``[..., n]``) -> ``[..., NUM_STATS]``.
 
-    ``std`` uses Bessel's correction (ddof=1, two passes, so a large mean does not
-    cost accuracy) and is 0 for one value. NaN propagates into every statistic but the
-    counts, as numpy's functions do. The op choice is measured (CPU, one thread):
-    ``amax``/``amin`` are ~25x faster than ``aminmax``, ``abs().sum()`` ~8x faster than
-    an L1 ``vector_norm``, and ``std_mean`` is ~20x slower than these two passes.
+    ``std`` uses Bessel's correction and is 0 for one value. It comes from the sum of
+    squares where that is exact enough (the mean carries at most half of the second
+    moment, so the subtraction loses at most one bit) and from a second pass over the
+    centred values for the other rows, so a large mean does not cost accuracy. NaN
+    propagates into every statistic but the counts, as numpy's own functions do.
     """
     n = x.shape[-1]
-    total = x.sum(dim=-1)
-    mean = total / n
-    mx = x.amax(dim=-1)
-    mn = x.amin(dim=-1)
-    abs_max = torch.maximum(mx, -mn)
-    norm = torch.linalg.vector_norm(x, ord=2, dim=-1)
-    # One scratch buffer of x's size, used twice: fresh large allocations cost page
-    # faults on every recorded step, which made them the most expensive part here.
-    scratch = torch.abs(x)
-    abs_mean = scratch.sum(dim=-1) / n
+    out = np.empty(x.shape[:-1] + (NUM_STATS,), np.float32)
+    total = x.sum(axis=-1)
+    mean = total / np.float32(n)
+    mx = x.max(axis=-1)
+    mn = x.min(axis=-1)
+    sq = np.vecdot(x, x)
+    abs_sum = np.abs(x).sum(axis=-1)
     if n > 1:
-        torch.sub(x, mean.unsqueeze(-1), out=scratch)
-        std = torch.linalg.vector_norm(scratch, ord=2, dim=-1) / math.sqrt(n - 1)
+        shifted = total * mean  # n * mean^2
+        var = np.maximum(sq - shifted, 0) / np.float32(n - 1)
+        exact = ~(shifted > 0.5 * sq)  # NaN rows stay as they are: NaN
+        if not exact.all():
+            rows = np.nonzero(~exact)
+            centred = x[rows] - mean[rows][..., None]
+            var[rows] = np.vecdot(centred, centred) / np.float32(n - 1)
     else:
-        std = torch.zeros_like(mean)
-    del scratch
-    if bool(torch.isfinite(total).all() and torch.isfinite(norm).all()):
-        # Finite sums mean no NaN or Inf in the row (norm overflow aside, which only
-        # costs the exact count below): skip two full passes.
-        nan = torch.zeros_like(mean)
-        inf = nan
+        var = np.zeros_like(mean)
+    out[..., 0] = mean
+    out[..., 1] = abs_sum / np.float32(n)
+    out[..., 2] = np.sqrt(var)
+    out[..., 3] = np.maximum(mx, -mn)
+    out[..., 4] = mn
+    out[..., 5] = mx
+    out[..., 6] = np.sqrt(sq)
+    if np.isfinite(total).all() and np.isfinite(sq).all():
+        # Finite sums mean no NaN or Inf in the row (overflow of the sum of squares
+        # aside, which only costs the exact count below): skip two full passes.
+        out[..., 7] = 0.0
+        out[..., 8] = 0.0
     else:
-        nan = torch.isnan(x).sum(dim=-1).to(x.dtype)
-        inf = torch.isinf(x).sum(dim=-1).to(x.dtype)
-    return torch.stack([mean, abs_mean, std, abs_max, mn, mx, norm, nan, inf], dim=-1)
+        out[..., 7] = np.isnan(x).sum(axis=-1)
+        out[..., 8] = np.isinf(x).sum(axis=-1)
+    return out
 
 
-def batch_aggregates(per_sample: torch.Tensor) -> torch.Tensor:
-    """Mean, abs-max and std (ddof=1) over dim 0 -> ``[3, ...]``."""
+def batch_aggregates(per_sample: np.ndarray) -> np.ndarray:
+    """Mean, abs-max and std (ddof=1) over axis 0 -> ``[3, ...]``."""
     b = per_sample.shape[0]
-    mean = per_sample.sum(dim=0) / b
+    out = np.empty((3,) + per_sample.shape[1:], np.float32)
+    mean = per_sample.sum(axis=0) / np.float32(b)
+    out[0] = mean
+    out[1] = np.maximum(per_sample.max(axis=0), -per_sample.min(axis=0))
     if b > 1:
         centered = per_sample - mean
-        std = (centered.mul_(centered).sum(dim=0) / (b - 1)).sqrt()
+        np.multiply(centered, centered, out=centered)
+        out[2] = np.sqrt(centered.sum(axis=0) / np.float32(b - 1))
     else:
-        std = torch.zeros_like(mean)
-    abs_max = torch.maximum(per_sample.amax(dim=0), -per_sample.amin(dim=0))
-    return torch.stack([mean, abs_max, std], dim=0)
+        out[2] = 0.0
+    return out
 
 
 @dataclass
 class SizeGroup:
-    """Tensors of one size, stacked: ``members[j]`` is the caller's index of block row j."""
+    """Arrays of one size, stacked: ``members[j]`` is the caller's index of block row j."""
 
     members: list[int]
-    block: torch.Tensor  # [B, len(members), n]
+    block: np.ndarray  # [B, len(members), n]
 
 
-def group_by_size(mats: list[torch.Tensor]) -> list[SizeGroup]:
-    """Stack ``[B, n_i]`` matrices of equal ``n_i`` (order of first appearance)."""
-    by_size: dict[int, list[int]] = {}
+def group_by_size(mats: list[np.ndarray]) -> list[SizeGroup]:
+    """Stack ``[B, n_i]`` matrices of equal ``n_i`` (order of first appearance).
+
+    Matrices that lie one after the other in memory (the recorder allocates tensors of
+    one size next to each other in shared memory) become one strided view, not a copy;
+    a size whose matrices lie in several such runs gives one group per run.
+    """
+    by_size: dict[tuple, list[int]] = {}
     for i, m in enumerate(mats):
-        by_size.setdefault(m.shape[1], []).append(i)
+        by_size.setdefault((m.shape[0], m.shape[1]), []).append(i)
     groups = []
     for members in by_size.values():
-        block = torch.stack([mats[i] for i in members], dim=1)
-        groups.append(SizeGroup(members, block))
+        runs = _adjacent_runs([mats[i] for i in members])
+        if runs is None:
+            groups.append(SizeGroup(members, np.stack([mats[i] for i in members], axis=1)))
+            continue
+        for start, stop in runs:
+            first = mats[members[start]]
+            b, n = first.shape
+            item = first.itemsize
+            block = np.lib.stride_tricks.as_strided(
+                first, shape=(b, stop - start, n), strides=(n * item, first.nbytes, item),
+                writeable=False)
+            groups.append(SizeGroup(members[start:stop], block))
     return groups
 
 
-def top_singular_value(w: torch.Tensor, v: torch.Tensor | None, tol: float = 1e-6,
-                       max_iterations: int = 200) -> tuple[float, torch.Tensor]:
+def _adjacent_runs(arrs: list[np.ndarray]) -> list[tuple[int, int]] | None:
+    """Ranges of ``arrs`` that lie back to back in memory; None if that does not pay.
+
+    Only for C-contiguous arrays of one shape and dtype; when most arrays would stand
+    alone, one stacked copy is cheaper than many small reductions.
+    """
+    first = arrs[0]
+    if any(a.dtype != first.dtype or not a.flags.c_contiguous for a in arrs):
+        return None
+    step = first.nbytes
+    runs = []
+    start = 0
+    prev = first.__array_interface__["data"][0]
+    for j in range(1, len(arrs)):
+        ptr = arrs[j].__array_interface__["data"][0]
+        if ptr != prev + step:
+            runs.append((start, j))
+            start = j
+        prev = ptr
+    runs.append((start, len(arrs)))
+    if len(runs) > 1 and len(runs) * 2 > len(arrs):
+        return None
+    return runs
+
+
+def top_singular_value(w: np.ndarray, v: np.ndarray | None, tol: float = 1e-6,
+                       max_iterations: int = 200) -> tuple[float, np.ndarray]:
     """Largest singular value of a 2-D ``w`` by power iteration on ``wᵀw``.
 
     ``v`` is the right singular vector from the previous recorded step (or None):
     weights change little between steps, so a warm start converges in a few
-    iterations, instead of the ~5 ms a full SVD of a 256x256 matrix costs.
+    iterations, instead of the milliseconds a full SVD of a 256x256 matrix costs.
     """
-    w = w.float()
+    w = np.asarray(w, np.float32)
     if v is None or v.shape[0] != w.shape[1]:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        v = torch.randn(w.shape[1], generator=g).to(w.device)
-    v = v / v.norm().clamp_min(1e-30)
+        v = np.random.default_rng(0).standard_normal(w.shape[1]).astype(np.float32)
+    v = v / max(float(np.linalg.norm(v)), 1e-30)
     sigma = 0.0
     for _ in range(max_iterations):
         u = w @ v
-        new_sigma = float(u.norm())
-        if new_sigma == 0.0 or math.isnan(new_sigma):
+        new_sigma = float(np.linalg.norm(u))
+        if new_sigma == 0.0 or math.isnan(new_sigma) or math.isinf(new_sigma):
             return new_sigma, v
-        v = w.t() @ (u / new_sigma)
-        v = v / v.norm().clamp_min(1e-30)
+        v = w.T @ (u / np.float32(new_sigma))
+        v = v / max(float(np.linalg.norm(v)), 1e-30)
         if abs(new_sigma - sigma) <= tol * new_sigma:
             return new_sigma, v
         sigma = new_sigma

@@ -2,10 +2,11 @@
 
 Same class, method and parameter names as comgra 0.11.5, so that a script written for
 comgra runs with only its imports changed. On steps that are not recorded every call
-returns after a flag check. On recorded steps the recorder keeps references to the
-registered tensors (and clones of their gradients), and at ``finish_batch`` computes
-all statistics with a few batched operations on the tensors' device, moves them to
-the host in one transfer and hands them to a background thread that writes parquet.
+returns after a flag check. On recorded steps the recorder copies the parameters (at
+``start_batch``), the gradients (at ``record_current_gradients``) and the registered
+tensors (at ``finish_batch``) into shared memory and sends one message to the writer
+process (``store/worker.py``), which computes the statistics and writes parquet while
+training goes on.
 """
 
 from __future__ import annotations
@@ -18,21 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import torch
 
 from . import __version__
 from ._graph import DependencyWalker, canonical_hash, find_cycle
 from ._kpi import KpiThinner
-from ._rows import CaptureMeta, build_tensor_table
-from ._stats import (
-    NUM_STATS,
-    batch_aggregates,
-    block_statistics,
-    group_by_size,
-    top_singular_value,
-)
 from .errors import (
     CallOrderError,
     ConfigurationError,
@@ -42,15 +33,10 @@ from .errors import (
     TrainingStepError,
 )
 from .objects import DecisionMakerForRecordings
+from .store.client import Slot, WriterClient
 from .store.compaction import compact_trial
-from .store.schema import (
-    KPIS_SCHEMA,
-    SCHEMA_VERSION,
-    STEPS_SCHEMA,
-    TRIAL_ID_PATTERN,
-    TYPE_OF_EXECUTION_PATTERN,
-)
-from .store.writer import ShardWriter, append_jsonl, write_json
+from .store.schema import SCHEMA_VERSION, TRIAL_ID_PATTERN, TYPE_OF_EXECUTION_PATTERN
+from .store.writer import append_jsonl, write_json
 
 log = logging.getLogger("comgra_like")
 
@@ -72,6 +58,7 @@ class _Registration:
     tensor: torch.Tensor
     alias_of: int | None = None
     param_index: int = -1
+    sig: tuple = ()  # everything about it that the graph structure shows
 
 
 @dataclass(eq=False)
@@ -81,13 +68,6 @@ class _Parameter:
     node: str
     role: str
     module_group: str | None
-
-
-@dataclass(eq=False)
-class _Capture:
-    reg: _Registration
-    recording_type: str
-    tensor: torch.Tensor
 
 
 @dataclass(eq=False)
@@ -105,10 +85,11 @@ class _Batch:
     conn_leaf: dict[int, set[int]] = field(default_factory=dict)
     conn_reg: dict[int, set[int]] = field(default_factory=dict)
     keep_alive: list[torch.Tensor] = field(default_factory=list)
-    captures: list[_Capture] = field(default_factory=list)
+    slot: Slot | None = None  # shared memory the captures are copied into
+    layout: list[tuple] = field(default_factory=list)  # per capture: what the writer needs
+    refs: list[int] = field(default_factory=list)  # per capture: segment, offset
     gradient_groups: set[str] = field(default_factory=set)
     graphs: dict[int, str] = field(default_factory=dict)  # iteration -> graph hash
-    snapshots: list[torch.Tensor] = field(default_factory=list)
     pending_kpis: list[tuple] = field(default_factory=list)
     walker: DependencyWalker | None = None
 
@@ -185,7 +166,7 @@ class ComgraRecorder:
             "decision_maker_for_recordings": repr(decision_maker_for_recordings),
         }
         self._write_trial_json("running")
-        self._writer = ShardWriter(self.trial_path)
+        self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd)
         self._module_tree: list[dict] = []
         self._params: list[_Parameter] = []
         self._known_types: set[str] = set()
@@ -200,8 +181,8 @@ class ComgraRecorder:
         self._kpi_rows: list[tuple] = []
         self._kpi_last_submit = time.monotonic()
         self._seen_graphs: set[str] = set()
+        self._graph_keys: dict[tuple, str] = {}
         self._recorded_steps = 0
-        self._svd_vectors: dict[int, torch.Tensor] = {}
 
     # ----- metadata ---------------------------------------------------------------------
 
@@ -347,16 +328,18 @@ class ComgraRecorder:
             current_batch_size, self.max_num_batch_size_to_record)
         self._sample_indices = list(range(k))
         self._sample_categories = [""] * k
-        self._batch = _Batch()
-        self._batch.walker = self._make_walker(self._batch)
+        batch = self._batch = _Batch()
+        batch.walker = self._make_walker(batch)
+        batch.slot = self._writer.acquire()
         for i, p in enumerate(self._params):
-            self._batch.snapshots.append(p.tensor.detach().clone())
             reg = self._add_registration(
                 tensor_name=p.full_name, tensor=p.tensor, node=p.node, role=p.role,
                 kind="parameter", iteration=-1, batch_dim=None, per_sample=False,
                 with_values=False,
             )
             reg.param_index = i
+        # The optimizer updates in place: the values before this step are kept now.
+        self._capture([(reg, _FORWARD, reg.tensor) for reg in batch.regs])
 
     @staticmethod
     def _check_type_of_execution(type_of_execution) -> None:
@@ -521,6 +504,11 @@ class ComgraRecorder:
             iteration=iteration, batch_dim=batch_dim, per_sample=per_sample,
             with_values=with_values, tensor=tensor, alias_of=alias_of,
         )
+        shape = list(tensor.shape)
+        if batch_dim is not None:
+            shape[batch_dim] = -1
+        reg.sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of,
+                   reg.param_index)
         batch.regs.append(reg)
         batch.by_iteration.setdefault(iteration, []).append(reg)
         batch.by_name[(tensor_name, iteration)] = reg
@@ -613,15 +601,19 @@ class ComgraRecorder:
             )
         batch.gradient_groups.add(name)
         rtype = f"gradient:{name}"
+        items = []
         for reg in batch.regs:
             if reg.alias_of is not None:
                 continue
             grad = reg.tensor.grad
             if grad is None:
                 continue
-            batch.captures.append(_Capture(reg, rtype, grad.detach().clone()))
-            if set_gradients_to_zero_if_not_a_parameter and reg.kind != "parameter":
-                reg.tensor.grad = None
+            items.append((reg, rtype, grad))
+        self._capture(items)
+        if set_gradients_to_zero_if_not_a_parameter:
+            for reg, _, _ in items:
+                if reg.kind != "parameter":
+                    reg.tensor.grad = None
 
     def finish_iteration(self) -> None:
         """End the current iteration; its dependency graph is extracted now."""
@@ -651,15 +643,13 @@ class ComgraRecorder:
         if self._decided:
             raise RecordingDecisionError("decide_recording_of_batch() was called twice in one batch")
         if type_of_execution is None:
-            self._recording = False
-            self._batch = None
+            self._drop_batch()
             return
         self._check_type_of_execution(type_of_execution)
         self.type_of_execution = type_of_execution
         self._decided = True
         if not self.decision_maker.is_record_on_this_step(self.training_step, type_of_execution):
-            self._recording = False
-            self._batch = None
+            self._drop_batch()
             return
         if category_per_sample is not None:
             cats = [str(c) for c in (category_per_sample.tolist() if hasattr(
@@ -674,6 +664,15 @@ class ComgraRecorder:
         for args in self._batch.pending_kpis:
             self._offer_kpi(*args)
         self._batch.pending_kpis.clear()
+
+    def _drop_batch(self) -> None:
+        """Forget the current batch; its slot goes back unless it was sent to the writer."""
+        batch = self._batch
+        if batch is not None and batch.slot is not None:
+            self._writer.release(batch.slot)
+            batch.slot = None
+        self._batch = None
+        self._recording = False
 
     def declare_that_all_different_types_of_execution_have_been_encountered(self) -> None:
         """Lets dynamic recording skip steps where no known type could record."""
@@ -698,8 +697,7 @@ class ComgraRecorder:
             try:
                 self._write_batch()
             finally:
-                self._batch = None
-                self._recording = False
+                self._drop_batch()
             self._recorded_steps += 1
             self._known_types.add(self.type_of_execution)
             self.decision_maker.mark_recorded(self.training_step, self.type_of_execution)
@@ -766,18 +764,7 @@ class ComgraRecorder:
             return
         rows, self._kpi_rows = self._kpi_rows, []
         self._kpi_last_submit = time.monotonic()
-        trial_id = self.trial_id
-
-        def job():
-            g, n, t, tp, v, w = zip(*rows)
-            table = pa.table(
-                {"trial_id": [trial_id] * len(rows), "kpi_group": list(g), "kpi_name": list(n),
-                 "type_of_execution": list(t), "timepoint": list(tp), "value": list(v),
-                 "wall_time": list(w)}
-            ).cast(KPIS_SCHEMA)
-            return {"kpis": table}
-
-        self._writer.submit(job)
+        self._writer.submit_kpis(rows)
 
     # ----- graph extraction ---------------------------------------------------------------
 
@@ -850,8 +837,8 @@ class ComgraRecorder:
             return nid
 
         walker = batch.walker
+        deps_of = []
         for r in current:
-            target = add_node(r)
             if r.alias_of is not None:
                 deps = {r.alias_of}
             else:
@@ -861,6 +848,16 @@ class ComgraRecorder:
                     deps |= batch.conn_leaf.get(id(r.tensor), set())
             deps |= batch.conn_reg.get(r.rid, set())
             deps.discard(r.rid)
+            deps_of.append(deps)
+        # Loops build the same structure step after step: a key of plain tuples finds its
+        # hash without building, checking and hashing the JSON structure again.
+        key = (iteration, tuple(r.sig for r in regs), tuple(r.rid for r in current),
+               tuple(tuple(sorted(d)) for d in deps_of))
+        digest = self._graph_keys.get(key)
+        if digest is not None:
+            return digest
+        for r, deps in zip(current, deps_of):
+            target = add_node(r)
             for d in deps:
                 src = regs[d]
                 source = add_node(src)
@@ -884,6 +881,9 @@ class ComgraRecorder:
             "edges": sorted([list(e) for e in edges]),
         }
         digest = canonical_hash(structure)
+        if len(self._graph_keys) >= 4096:
+            self._graph_keys.clear()
+        self._graph_keys[key] = digest
         if digest not in self._seen_graphs:
             path = self.trial_path / "graphs" / f"{digest}.json"
             if not path.exists():
@@ -891,145 +891,77 @@ class ComgraRecorder:
             self._seen_graphs.add(digest)
         return digest
 
-    # ----- computing and writing a recorded batch -------------------------------------------
+    # ----- copying and sending a recorded batch ----------------------------------------------
+
+    def _capture(self, items: list[tuple[_Registration, str, torch.Tensor]]) -> None:
+        """Copy tensors (as float32) into the batch's shared memory for the writer.
+
+        Steps of a training loop capture the same shapes in the same order, so where each
+        tensor goes and the views that write it there are planned once per slot and
+        reused: per step only the copies remain.
+        """
+        if not items:
+            return
+        batch = self._batch
+        slot = batch.slot
+        # Tensors of one size next to each other: the writer reduces them as one block.
+        items.sort(key=lambda item: item[2].numel())
+        tensors = [t.detach() for _, _, t in items]
+        key = (tuple(slot.fill), tuple(t.shape for t in tensors))
+        plan = slot.plans.get(key)
+        if plan is None:
+            refs, views = [], []
+            for t in tensors:
+                n = t.numel()
+                seg_index, offset = self._writer.allocate(slot, n)
+                seg = slot.segments[seg_index]
+                if seg.view is None:
+                    seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
+                views.append(seg.view[offset:offset + n].view(t.shape))
+                refs += (seg_index, offset)
+            if len(slot.plans) >= 64:  # shapes that change every step: plan afresh
+                slot.plans.clear()
+            plan = slot.plans[key] = (refs, views, list(slot.fill), slot.needed)
+        else:
+            refs, views, fill, needed = plan
+            slot.fill[:] = fill
+            slot.needed = needed
+        for view, t in zip(views, tensors):
+            view.copy_(t.abs() if t.is_complex() else t)
+        batch.refs += refs
+        batch.layout += [(reg.tensor_name, reg.node, reg.role, reg.kind, reg.iteration, rtype,
+                          tuple(t.shape), reg.batch_dim, reg.per_sample, reg.with_values,
+                          reg.param_index) for (reg, rtype, _), t in zip(items, tensors)]
 
     def _write_batch(self) -> None:
-        """Hand the batch to the writer thread; the training thread only copies tensors.
+        """Copy the forward values and the updated parameters, and send the batch.
 
-        Forward values are copied (training code may reuse its buffers), gradients were
-        copied when recorded, parameters were copied at start_batch. The statistics, the
-        singular values, the transfer to the host and the Arrow conversion all run on the
-        writer thread, on the other core, while training goes on.
+        Forward values are copied now (training code may reuse its buffers), gradients were
+        copied when recorded, parameters at start_batch; the parameters after the
+        optimizer step are copied too, and the writer subtracts. Statistics, singular
+        values and Arrow tables are the writer process's work.
         """
         batch = self._batch
-        step = self.training_step
-        toe = self.type_of_execution
-        captures = batch.captures
-        with torch.no_grad():
-            for reg in batch.regs:
-                if reg.alias_of is not None:
-                    continue
-                if reg.kind == "parameter":
-                    snapshot = batch.snapshots[reg.param_index]
-                    captures.append(_Capture(reg, _FORWARD, snapshot))
-                    captures.append(_Capture(reg, _UPDATE, reg.tensor.detach() - snapshot))
-                else:
-                    captures.append(_Capture(reg, _FORWARD, reg.tensor.detach().clone()))
-        svd_inputs = {}
-        if self.calculate_svd:
-            svd_inputs = {
-                reg.param_index: batch.snapshots[reg.param_index]
-                for reg in batch.regs
-                if reg.kind == "parameter" and reg.tensor.dim() == 2
-            }
-        svd_vectors = self._svd_vectors
-        trial_id = self.trial_id
-        samples = list(self._sample_indices)
-        categories = list(self._sample_categories)
-        graphs = dict(batch.graphs)
-        wall = time.time()
-        batch_size = self._batch_size
-
-        def job():
-            with torch.no_grad():
-                host, layout = compute_statistics(captures, samples)
-                svd = {}
-                for i, w in svd_inputs.items():
-                    svd[i], svd_vectors[i] = top_singular_value(w, svd_vectors.get(i))
-            tensors = _host_to_table(trial_id, step, toe, samples, host, layout, svd)
-            n = len(graphs)
-            iterations = sorted(graphs)
-            steps = pa.table(
-                {
-                    "trial_id": [trial_id] * n,
-                    "training_step": [step] * n,
-                    "type_of_execution": [toe] * n,
-                    "iteration": iterations,
-                    "graph_hash": [graphs[i] for i in iterations],
-                    "batch_size": [batch_size] * n,
-                    "sample_indices": [samples] * n,
-                    "sample_categories": [categories] * n,
-                    "wall_time": [wall] * n,
-                }
-            ).cast(STEPS_SCHEMA)
-            return {"tensors": tensors, "steps": steps}
-
-        self._writer.submit(job)
+        self._capture([(reg, _UPDATE if reg.param_index >= 0 else _FORWARD, reg.tensor)
+                       for reg in batch.regs if reg.alias_of is None])
+        layout_id, new = self._writer.layout_id(tuple(batch.layout))
+        msg = {
+            "layout_id": layout_id,
+            "refs": batch.refs,
+            "step": self.training_step,
+            "toe": self.type_of_execution,
+            "samples": self._sample_indices,
+            "categories": self._sample_categories,
+            "batch_size": self._batch_size,
+            "wall": time.time(),
+            "graphs": sorted(batch.graphs.items()),
+        }
+        if new:
+            msg["layout"] = batch.layout
+        slot, batch.slot = batch.slot, None
+        self._writer.submit_batch(slot, msg)
         if self._kpi_rows:
             self._submit_kpis()
-
-
-def _as_float32(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype == torch.float32:
-        return t
-    return t.abs().float() if t.is_complex() else t.float()
-
-
-def compute_statistics(captures: list[_Capture], sample_indices: list[int]):
-    """All statistics of a batch, grouped by tensor size; one transfer to the host.
-
-    Returns the flat float32 host buffer and the layout ``_host_to_table`` needs.
-    """
-    batch_caps = [c for c in captures if c.reg.batch_dim is not None]
-    flat_caps = [c for c in captures if c.reg.batch_dim is None]
-    parts: list[torch.Tensor] = []
-    batch_meta: list[CaptureMeta] = []
-    flat_meta: list[CaptureMeta] = []
-    k = len(sample_indices)
-    shapes = {}
-    if batch_caps:
-        mats, value_shapes = [], []
-        for c in batch_caps:
-            t = c.tensor if c.reg.batch_dim == 0 else c.tensor.movedim(c.reg.batch_dim, 0)
-            value_shapes.append(tuple(int(s) for s in t.shape[1:]))
-            mats.append(_as_float32(t.reshape(t.shape[0], -1)))
-        idx = torch.tensor(sample_indices, dtype=torch.long, device=mats[0].device)
-        agg_stats, sample_stats, agg_vals, sample_vals = [], [], [], []
-        seg, value_offset = 0, 0
-        for group in group_by_size(mats):
-            block = group.block  # [B, g, n]
-            g, n = block.shape[1], block.shape[2]
-            per_sample = block_statistics(block)  # [B, g, 9]
-            agg_stats.append(batch_aggregates(per_sample))
-            sample_stats.append(per_sample.index_select(0, idx))
-            agg_vals.append(batch_aggregates(block).reshape(3, g * n))
-            sample_vals.append(block.index_select(0, idx).reshape(k, g * n))
-            for j, i in enumerate(group.members):
-                c = batch_caps[i]
-                batch_meta.append(CaptureMeta(
-                    c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
-                    c.recording_type, value_shapes[i], c.reg.per_sample, c.reg.with_values, seg,
-                    value_offset + j * n, n, c.reg.param_index))
-                seg += 1
-            value_offset += g * n
-        parts += [torch.cat(agg_stats, dim=1), torch.cat(sample_stats, dim=1),
-                  torch.cat(agg_vals, dim=1), torch.cat(sample_vals, dim=1)]
-        shapes["batch"] = (seg, value_offset)
-    if flat_caps:
-        vecs = [_as_float32(c.tensor.reshape(1, -1)) for c in flat_caps]
-        stats, value_vecs = [], []
-        seg, value_offset = 0, 0
-        for group in group_by_size(vecs):
-            stats.append(block_statistics(group.block)[0])  # [g, 9]
-            for i in group.members:
-                c = flat_caps[i]
-                off = -1
-                if c.reg.with_values:
-                    value_vecs.append(vecs[i][0])
-                    off = value_offset
-                    value_offset += vecs[i].shape[1]
-                flat_meta.append(CaptureMeta(
-                    c.reg.tensor_name, c.reg.node, c.reg.role, c.reg.kind, c.reg.iteration,
-                    c.recording_type, tuple(int(s) for s in c.tensor.shape), False,
-                    c.reg.with_values, seg, off, vecs[i].shape[1], c.reg.param_index, "flat"))
-                seg += 1
-        parts.append(torch.cat(stats, dim=0))
-        parts.append(torch.cat(value_vecs) if value_vecs else vecs[0].new_zeros(0))
-        shapes["flat"] = (seg, value_offset)
-    if not parts:
-        return np.zeros(0, np.float32), None
-    flat = torch.cat([p.reshape(-1) for p in parts]).cpu().numpy()
-    return flat, (shapes, k, batch_meta, flat_meta)
 
 
 def _rel_iteration(reg: _Registration, iteration: int):
@@ -1052,47 +984,3 @@ def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:
                 pos[c] += 1
     order = sorted(picked)
     return order, [categories[i] for i in order]
-
-
-def _host_to_table(trial_id, step, toe, samples, host, layout, svd):
-    if layout is None:
-        return None
-    shapes, k, batch_meta, flat_meta = layout
-    pos = 0
-
-    def take(n, shape):
-        nonlocal pos
-        out = host[pos:pos + n].reshape(shape)
-        pos += n
-        return out
-
-    empty_stats = np.zeros((3, 0, NUM_STATS), np.float32)
-    agg_stats, sample_stats = empty_stats, np.zeros((k, 0, NUM_STATS), np.float32)
-    agg_vals, sample_vals = np.zeros((3, 0), np.float32), np.zeros((k, 0), np.float32)
-    if "batch" in shapes:
-        s, n = shapes["batch"]
-        agg_stats = take(3 * s * NUM_STATS, (3, s, NUM_STATS))
-        sample_stats = take(k * s * NUM_STATS, (k, s, NUM_STATS))
-        agg_vals = take(3 * n, (3, n))
-        sample_vals = take(k * n, (k, n))
-    flat_stats, flat_vals = np.zeros((0, NUM_STATS), np.float32), np.zeros(0, np.float32)
-    if "flat" in shapes:
-        s, n = shapes["flat"]
-        flat_stats = take(s * NUM_STATS, (s, NUM_STATS))
-        flat_vals = take(n, (n,))
-    # Update ratio: norm of the update over the norm of the weight before it.
-    norm_col = 6
-    forward_norm = {m.param_index: flat_stats[m.segment, norm_col] for m in flat_meta
-                    if m.recording_type == _FORWARD and m.param_index >= 0}
-    ratio = {}
-    for m in flat_meta:
-        if m.recording_type == _UPDATE:
-            w = forward_norm.get(m.param_index)
-            u = flat_stats[m.segment, norm_col]
-            ratio[m.param_index] = float(u / w) if w else float("nan")
-    return build_tensor_table(
-        trial_id=trial_id, training_step=step, type_of_execution=toe, sample_indices=samples,
-        batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
-        batch_agg_values=agg_vals, batch_sample_values=sample_vals, flat_meta=flat_meta,
-        flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
-    )

@@ -5,13 +5,12 @@ import pyarrow as pa
 import pytest
 import torch
 
-from comgra_like.errors import NotFoundError
+from comgra_like.errors import NotFoundError, StorageError
 from comgra_like.objects import DecisionMakerForRecordingsHardcoded
 from comgra_like.query import open_group
 from comgra_like.recorder import ComgraRecorder
 from comgra_like.store.compaction import compact_trial
 from comgra_like.store.files import live_shards
-from comgra_like.store.writer import ShardWriter
 
 
 def test_live_shards_skip_what_a_compaction_covers():
@@ -91,16 +90,90 @@ def test_unknown_schema_version_and_empty_group(tmp_path):
         g.list_steps("nope")
 
 
-def test_writer_is_bounded_and_reports_failures(tmp_path):
-    (tmp_path / "trial").mkdir()
-    w = ShardWriter(tmp_path / "trial", max_queued_jobs=2)
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_failing_disk_is_reported_as_storage_error(tmp_path, monkeypatch, mode):
+    monkeypatch.setenv("COMGRA_LIKE_WRITER", mode)
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
+    assert rec._writer.mode == mode
+    rec.track_module("net", net)
+    (tmp_path / "g/trials/t/tensors").write_text("a file where the writer needs a folder")
+    record_steps(rec, net, range(3))
+    with pytest.raises(StorageError, match="writing recordings to .* failed: .*tensors"):
+        rec._writer.flush(timeout=60)
+    with pytest.raises(StorageError):  # every later call says so too, and nothing hangs
+        record_steps(rec, net, range(3, 10))
 
-    def bad_job():
-        raise OSError("disk full")
 
-    w.submit(bad_job)
-    with pytest.raises(Exception, match="disk full"):
-        w.flush(timeout=10)
+def test_a_killed_writer_process_is_reported_not_waited_for(tmp_path):
+    import os
+
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
+    rec.track_module("net", net)
+    record_steps(rec, net, range(2))
+    rec._writer._proc.kill()
+    rec._writer._proc.wait()
+    with pytest.raises(StorageError, match="writer process exited"):
+        record_steps(rec, net, range(2, 10))
+        rec._writer.flush(timeout=60)
+    mine = f"comgra_like-{os.getpid()}-{id(rec._writer)}-"
+    assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+
+
+def test_steps_sent_before_the_training_process_ends_are_written_without_finalize(tmp_path):
+    """The writer writes what it got when its input ends (no finalize, long flush time)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import torch
+        from comgra_like.objects import DecisionMakerForRecordingsHardcoded
+        from comgra_like.recorder import ComgraRecorder
+        net = torch.nn.Linear(3, 2)
+        rec = ComgraRecorder({str(tmp_path)!r}, "g", "t",
+                             DecisionMakerForRecordingsHardcoded(range(100)))
+        rec.track_module("net", net)
+        rec._writer.flush_seconds = 3600
+        for step in range(5):
+            x = torch.randn(4, 3)
+            rec.start_batch(step, 4)
+            rec.start_iteration()
+            rec.register_tensor("x", x, is_input=True)
+            rec.register_tensor("out", net(x))
+            rec.finish_iteration()
+            rec.finish_batch()
+        # no finalize(): the process just ends
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:  # the writer may still be writing after its parent exited
+        g = open_group(tmp_path / "g")
+        if g.list_steps("t")["training_step"].tolist() == [0, 1, 2, 3, 4] or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert g.list_steps("t")["training_step"].tolist() == [0, 1, 2, 3, 4]
+    assert g.read_tensor("t", 4, 0, "out", "out", "forward", "sample", 3).values.shape == (2,)
+
+
+def test_shared_memory_is_not_left_behind(tmp_path):
+    import os
+
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
+    rec.track_module("net", net)
+    record_steps(rec, net, range(4))
+    rec._writer.flush(timeout=60)
+    mine = f"comgra_like-{os.getpid()}-{id(rec._writer)}-"
+    assert rec._writer._slots[0].segments  # shared memory was used
+    # The writer unlinks each segment as soon as it has mapped it.
+    assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+    rec.finalize()
+    assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
 
 
 def test_compaction_merges_sorted_and_is_idempotent(tmp_path):

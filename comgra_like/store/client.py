@@ -1,0 +1,406 @@
+"""The training process's side of the writer: shared-memory slots and the writer process.
+
+A recorded step is copied into one of a few *slots* of shared memory; a slot is busy from
+``acquire()`` until the writer has read it, so at most ``slots`` recorded steps are in
+flight and a slow disk slows training down instead of growing memory without limit.
+Everything else goes to the writer as one JSON line per message (``worker.py`` documents
+the protocol). No pickle anywhere.
+
+Two transports run the same ``Worker``:
+
+* ``process`` (default on POSIX): a child ``python`` running ``worker.main``; slots are
+  files in ``/dev/shm`` (or the temp folder) mapped by both processes and unlinked by the
+  writer as soon as it has mapped them, so a crash leaks nothing.
+* ``thread`` (Windows, or ``COMGRA_LIKE_WRITER=thread``): the worker in a thread of the
+  training process, slots in anonymous memory. Simpler, but the writer's Python code then
+  competes with training for the GIL.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import queue
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ..errors import ConfigurationError, StorageError
+
+ALIGN = 16  # elements (64 bytes) between allocations
+MIN_SEGMENT = 1 << 18  # elements (1 MiB)
+
+
+class Segment:
+    """One shared float32 buffer of a slot."""
+
+    def __init__(self, nelems: int, path: str | None):
+        self.nelems = nelems
+        self.path = path
+        if path is None:
+            self.mm = mmap.mmap(-1, nelems * 4)
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                if hasattr(os, "posix_fallocate"):
+                    # Reserve the pages now: a full tmpfs fails here, cleanly, instead of
+                    # with SIGBUS when the training process writes into the mapping.
+                    os.posix_fallocate(fd, 0, nelems * 4)
+                else:  # pragma: no cover - non-Linux
+                    os.ftruncate(fd, nelems * 4)
+                self.mm = mmap.mmap(fd, nelems * 4)
+            except BaseException:
+                os.close(fd)
+                os.unlink(path)
+                raise
+            os.close(fd)
+        self.view = None  # the recorder's tensor over this buffer, made on first use
+
+    def close(self, unlink: bool = False) -> None:
+        """Unmap; ``unlink`` only once the writer has mapped it (it unlinks it itself)."""
+        self.view = None
+        try:
+            self.mm.close()
+        except BufferError:  # a tensor over it is still alive; the GC unmaps it
+            pass
+        if unlink and self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+class Slot:
+    """The shared memory of one recorded step in flight: segments, filled front to back."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.segments: list[Segment] = []
+        self.fill: list[int] = []
+        self.needed = 0  # elements the last use of this slot needed
+        self.plans: dict = {}  # the recorder's cached copy plans (views into the segments)
+
+    def reset(self) -> None:
+        self.fill = [0] * len(self.segments)
+        self.needed = 0
+
+
+class WriterClient:
+    """Sends recorded steps to the writer; the recorder's only door to the disk."""
+
+    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool, *, slots: int = 2,
+                 mode: str | None = None):
+        self.trial_dir = Path(trial_dir)
+        mode = mode or os.environ.get("COMGRA_LIKE_WRITER") or (
+            "process" if os.name == "posix" else "thread")
+        if mode not in ("process", "thread"):
+            raise ConfigurationError(
+                f"COMGRA_LIKE_WRITER={mode!r}: use 'process' (default) or 'thread'")
+        self.mode = mode
+        self._slots = [Slot(i) for i in range(slots)]
+        self._free = list(range(slots))
+        self._error: str | None = None
+        self._closed = False
+        self._flush_id = 0
+        self._flushed_id = 0
+        self._layout_ids: dict[tuple, int] = {}
+        self._segment_seq = 0
+        self._shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        self._flush_seconds = 1.0
+        self._closing = False
+        self._eof = False
+        self._closed_reply = False
+        self._ready = False
+        if mode == "process":
+            self._start_process(trial_id, calculate_svd)
+        else:
+            self._start_thread(trial_id, calculate_svd)
+
+    # ----- transports -------------------------------------------------------------------
+
+    def _start_process(self, trial_id: str, calculate_svd: bool) -> None:
+        package_parent = str(Path(__file__).resolve().parents[2])
+        code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
+                "from comgra_like.store.worker import main; sys.exit(main())")
+        env = dict(os.environ)
+        # One thread: the writer must leave the other cores to training (BLAS thread
+        # pools spin between calls and took a whole core from the training process).
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+            env[var] = "1"
+        # Large temporaries from the heap and kept there: with glibc's defaults every
+        # block of a recorded step would be a fresh mmap, paying a page fault per 4 KiB.
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 * 2**20))
+        env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 * 2**20))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(self.trial_dir), trial_id,
+             "1" if calculate_svd else "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, bufsize=0, env=env,
+        )
+        self._in_fd = self._proc.stdout.fileno()
+        self._pending = b""
+        # Wait until it runs: a writer that cannot start fails here, with its reason on
+        # stderr, and no recorded step ever waits for its start-up.
+        deadline = time.monotonic() + 120
+        while not self._ready:
+            if self._receive(timeout=1.0):
+                continue
+            if self._proc.poll() is not None:
+                self._fail_dead()
+            if time.monotonic() > deadline:
+                self._proc.kill()
+                raise StorageError("the writer process did not start within 120 s")
+
+    def _start_thread(self, trial_id: str, calculate_svd: bool) -> None:
+        from .worker import Worker
+
+        self._proc = None
+        self._to_worker: queue.Queue = queue.Queue()
+        self._from_worker: queue.Queue = queue.Queue()
+        worker = Worker(self.trial_dir, trial_id, calculate_svd)
+
+        def run():
+            while True:
+                try:
+                    msg = self._to_worker.get(timeout=worker.seconds_to_flush())
+                except queue.Empty:
+                    worker.tick()
+                    continue
+                if not worker.handle(msg, self._from_worker.put):
+                    return
+
+        self._thread = threading.Thread(target=run, name="comgra_like-writer", daemon=True)
+        self._thread.start()
+
+    def _send(self, msg: dict) -> None:
+        if self._proc is None:
+            self._to_worker.put(msg)
+            return
+        if self._closing:
+            raise StorageError(f"the writer of {self.trial_dir} is closed already")
+        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        try:
+            self._proc.stdin.write(data)
+        except (BrokenPipeError, OSError):
+            self._fail_dead()
+
+    def _fail_dead(self) -> None:
+        code = self._proc.poll() if self._proc is not None else None
+        for slot in self._slots:  # segments the writer had no time to unlink
+            for seg in slot.segments:
+                if seg.path is not None:
+                    try:
+                        os.unlink(seg.path)
+                    except OSError:
+                        pass
+        if self._error is None:
+            self._error = (f"the writer process exited unexpectedly (exit code {code}); "
+                           "its error, if any, is printed above")
+        self._raise_if_failed()
+
+    def _receive(self, timeout: float | None) -> bool:
+        """Handle the writer's replies; waits up to ``timeout`` for one. True if any came."""
+        if self._proc is None:
+            try:
+                msgs = [self._from_worker.get(timeout=timeout) if timeout != 0
+                        else self._from_worker.get_nowait()]
+            except queue.Empty:
+                return False
+            while True:
+                try:
+                    msgs.append(self._from_worker.get_nowait())
+                except queue.Empty:
+                    break
+        else:
+            ready, _, _ = select.select([self._in_fd], [], [], timeout)
+            if not ready:
+                return False
+            chunk = os.read(self._in_fd, 1 << 16)
+            if not chunk:
+                self._eof = True
+                if not self._closing:
+                    self._fail_dead()
+                return False
+            self._pending += chunk
+            *lines, self._pending = self._pending.split(b"\n")
+            msgs = [json.loads(line) for line in lines]
+        for msg in msgs:
+            op = msg["op"]
+            if msg.get("error") and self._error is None:
+                self._error = msg["error"]
+            if op == "free":
+                self._free.append(msg["slot"])
+            elif op == "flushed":
+                self._flushed_id = max(self._flushed_id, msg["id"])
+            elif op == "error":
+                self._error = msg["message"]
+            elif op == "closed":
+                self._closed_reply = True
+            elif op == "ready":
+                self._ready = True
+        return True
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise StorageError(
+                f"writing recordings to {self.trial_dir} failed: {self._error}. Check that the "
+                "folder is writable and the disk is not full; the shards written before the "
+                "failure are intact."
+            )
+
+    # ----- slots --------------------------------------------------------------------------
+
+    def acquire(self) -> Slot:
+        """A free slot for the next recorded step; waits while every slot is in flight."""
+        self._raise_if_failed()
+        while not self._free:
+            self._receive(timeout=1.0)
+            self._raise_if_failed()
+            if self._proc is not None and self._proc.poll() is not None and not self._free:
+                self._receive(timeout=0)
+                if not self._free:
+                    self._fail_dead()
+        slot = self._slots[self._free.pop()]
+        if len(slot.segments) > 1 or (slot.segments and slot.needed > slot.segments[0].nelems):
+            # The last step overflowed into more segments: one segment of the size it needed.
+            total = sum(s.nelems for s in slot.segments)
+            self._replace_segments(slot, max(total, slot.needed))
+        slot.reset()
+        return slot
+
+    def release(self, slot: Slot) -> None:
+        """Give back a slot that was not sent (the step turned out not to be recorded)."""
+        self._free.append(slot.index)
+
+    def allocate(self, slot: Slot, nelems: int) -> tuple[int, int]:
+        """Room for ``nelems`` float32 values in ``slot``: (segment index, offset)."""
+        slot.needed += -(-nelems // ALIGN) * ALIGN
+        for i, seg in enumerate(slot.segments):
+            if seg.nelems - slot.fill[i] >= nelems:
+                off = slot.fill[i]
+                slot.fill[i] = off + -(-nelems // ALIGN) * ALIGN
+                return i, off
+        size = max(nelems, MIN_SEGMENT, 2 * (slot.segments[-1].nelems if slot.segments else 0))
+        self._add_segment(slot, size)
+        slot.fill[-1] = -(-nelems // ALIGN) * ALIGN
+        return len(slot.segments) - 1, 0
+
+    def _add_segment(self, slot: Slot, nelems: int) -> None:
+        index = len(slot.segments)
+        if self._proc is None:
+            seg = Segment(nelems, None)
+            self._send({"op": "segment", "slot": slot.index, "index": index, "nelems": nelems,
+                        "buffer": seg.mm})
+        else:
+            seg = None
+            for folder in dict.fromkeys((self._shm_dir, tempfile.gettempdir())):
+                self._segment_seq += 1
+                path = os.path.join(folder, f"comgra_like-{os.getpid()}-{id(self)}-"
+                                            f"{self._segment_seq}")
+                try:
+                    seg = Segment(nelems, path)
+                    break
+                except OSError as e:
+                    last = e
+            if seg is None:
+                raise StorageError(
+                    f"cannot allocate {nelems * 4 / 2**20:.0f} MiB of shared memory for a "
+                    f"recorded step ({last}); free space in {self._shm_dir} or the temp folder, "
+                    "or record fewer tensors"
+                )
+            self._send({"op": "segment", "slot": slot.index, "index": index, "nelems": nelems,
+                        "path": seg.path})
+        slot.segments.append(seg)
+        slot.fill.append(0)
+
+    def _replace_segments(self, slot: Slot, nelems: int) -> None:
+        slot.plans.clear()
+        for i, seg in enumerate(slot.segments):
+            self._send({"op": "drop", "slot": slot.index, "index": i})
+            seg.close()
+        slot.segments, slot.fill = [], []
+        self._add_segment(slot, nelems)
+
+    # ----- messages -------------------------------------------------------------------------
+
+    def layout_id(self, layout: tuple) -> tuple[int, bool]:
+        """A small id for a capture layout, and whether the writer has not seen it yet."""
+        lid = self._layout_ids.get(layout)
+        if lid is not None:
+            return lid, False
+        lid = self._layout_ids[layout] = len(self._layout_ids)
+        return lid, True
+
+    def submit_batch(self, slot: Slot, msg: dict) -> None:
+        """Send a filled slot; the writer frees it once it has read it."""
+        self._raise_if_failed()
+        msg["op"] = "batch"
+        msg["slot"] = slot.index
+        self._send(msg)
+        if self._proc is not None:
+            self._receive(timeout=0)
+
+    def submit_kpis(self, rows: list) -> None:
+        self._raise_if_failed()
+        self._send({"op": "kpis", "rows": rows})
+
+    @property
+    def flush_seconds(self) -> float:
+        return self._flush_seconds
+
+    @flush_seconds.setter
+    def flush_seconds(self, value: float) -> None:
+        self._flush_seconds = float(value)
+        self._send({"op": "config", "flush_seconds": self._flush_seconds})
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until everything sent so far is written to disk."""
+        self._raise_if_failed()
+        self._flush_id += 1
+        target = self._flush_id
+        self._send({"op": "flush", "id": target})
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._flushed_id < target:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise StorageError(f"writing the shards of {self.trial_dir} timed out")
+            self._receive(timeout=1.0 if left is None else min(left, 1.0))
+            self._raise_if_failed()
+            if self._proc is not None and self._proc.poll() is not None:
+                self._receive(timeout=0)
+                if self._flushed_id < target:
+                    self._fail_dead()
+        self._raise_if_failed()
+
+    def close(self) -> None:
+        """Write everything and stop the writer."""
+        if self._closed:
+            self._raise_if_failed()
+            return
+        self._send({"op": "close"})
+        self._closing = True
+        if self._proc is None:
+            self._thread.join()
+            self._receive(timeout=0)
+        else:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+            while not self._closed_reply and not self._eof:
+                self._receive(timeout=1.0)
+            self._proc.wait()
+            self._proc.stdout.close()
+            if not self._closed_reply and self._error is None:
+                self._error = (f"the writer process exited with code {self._proc.returncode} "
+                               "before writing everything; its error is printed above")
+        self._closed = True
+        for slot in self._slots:
+            for seg in slot.segments:
+                seg.close(unlink=True)  # the writer is gone: whatever it did not unlink
+        self._raise_if_failed()

@@ -1,0 +1,416 @@
+"""The writer process: turns the tensors a training process recorded into parquet shards.
+
+Why a process: on a CPU-only machine the statistics of a recorded step cost several
+times the step itself, and a thread in the training process competes with training for
+the GIL (measured: a writer *thread* made each recorded step cost as much as if it ran
+inline). The training process only copies the recorded tensors into shared memory
+(``SharedSlots`` in ``client.py``) and sends one JSON line per recorded step; this process
+reduces them with numpy, builds Arrow tables and writes the shards while training goes
+on. It imports no torch.
+
+Protocol (one JSON object per line; replies on the original stdout):
+
+* ``segment`` {slot, index, path, nelems}: map a shared-memory file (then unlink it)
+* ``drop`` {slot, index}: forget a segment
+* ``batch`` {slot, layout_id, [layout], refs, step, toe, samples, categories, batch_size,
+  wall, graphs}: one recorded step; replied with ``free`` {slot} once the shared memory
+  has been read
+* ``kpis`` {rows}: rows of the KPI table
+* ``config`` {flush_seconds}
+* ``flush`` {id}: write everything buffered, reply ``flushed`` {id}
+* ``close``: write everything, reply ``closed``, exit. End of input does the same, so a
+  training process that dies still leaves its buffered steps on disk.
+
+After a failure the process replies ``error`` {message} once and then only answers
+``free``/``flushed``/``closed`` so that the training process never hangs on it.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .._rows import CaptureMeta, build_tensor_table
+from .._stats import (
+    NUM_STATS,
+    batch_aggregates,
+    block_statistics,
+    group_by_size,
+    top_singular_value,
+)
+from .schema import KPIS_SCHEMA, STEPS_SCHEMA
+from .writer import ShardBuffer
+
+_FORWARD = "forward"
+_UPDATE = "update"
+_NORM_COLUMN = 6
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """One captured tensor as the training process describes it."""
+
+    tensor_name: str
+    node: str
+    role: str
+    kind: str
+    iteration: int
+    recording_type: str
+    shape: tuple[int, ...]
+    batch_dim: int | None
+    per_sample: bool
+    with_values: bool
+    param_index: int
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @classmethod
+    def from_list(cls, x: list) -> CaptureSpec:
+        return cls(x[0], x[1], x[2], x[3], int(x[4]), x[5], tuple(int(s) for s in x[6]),
+                   None if x[7] is None else int(x[7]), bool(x[8]), bool(x[9]), int(x[10]))
+
+
+def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
+                         specs: list[CaptureSpec], arrays: list[np.ndarray],
+                         svd_vectors: dict[int, np.ndarray] | None, release=None) -> pa.Table | None:
+    """Statistics, values and rows of one recorded step.
+
+    ``arrays[i]`` holds the values of ``specs[i]`` (flat float32; for an ``update``
+    capture the parameter *after* the optimizer step, the update is computed here).
+    ``svd_vectors`` carries the warm starts of the power iterations from step to step
+    (None: no singular values). ``release`` is called once ``arrays`` are no longer needed.
+    """
+    forward_param = {s.param_index: a for s, a in zip(specs, arrays)
+                     if s.recording_type == _FORWARD and s.param_index >= 0}
+    # The updates (after - before) go into one buffer, back to back, so that those of
+    # one size form one block below.
+    updates = [i for i, s in enumerate(specs) if s.recording_type == _UPDATE]
+    values = list(arrays)
+    if updates:
+        buffer = np.empty(sum(specs[i].numel for i in updates), np.float32)
+        pos = 0
+        for i in updates:
+            n = specs[i].numel
+            values[i] = np.subtract(arrays[i], forward_param[specs[i].param_index],
+                                    out=buffer[pos:pos + n])
+            pos += n
+    k = len(samples)
+    batch_i = [i for i, s in enumerate(specs) if s.batch_dim is not None]
+    flat_i = [i for i, s in enumerate(specs) if s.batch_dim is None]
+    batch_meta: list[CaptureMeta] = []
+    flat_meta: list[CaptureMeta] = []
+    agg_stats = np.zeros((3, 0, NUM_STATS), np.float32)
+    sample_stats = np.zeros((k, 0, NUM_STATS), np.float32)
+    agg_vals, sample_vals = np.zeros((3, 0), np.float32), np.zeros((k, 0), np.float32)
+    if batch_i:
+        mats: list[np.ndarray] = []
+        value_shapes = []
+        for i in batch_i:
+            s = specs[i]
+            a = values[i].reshape(s.shape)
+            if s.batch_dim:
+                a = np.moveaxis(a, s.batch_dim, 0)
+            value_shapes.append(a.shape[1:])
+            mats.append(a.reshape(a.shape[0], -1))
+        idx = np.asarray(samples, np.int64)
+        parts_as, parts_ss, parts_av, parts_sv = [], [], [], []
+        seg, value_offset = 0, 0
+        for group in group_by_size(mats):
+            block = group.block  # [B, g, n]
+            g, n = block.shape[1], block.shape[2]
+            per_sample = block_statistics(block)  # [B, g, NUM_STATS]
+            parts_as.append(batch_aggregates(per_sample))
+            parts_ss.append(per_sample[idx])
+            parts_av.append(batch_aggregates(block).reshape(3, g * n))
+            parts_sv.append(block[idx].reshape(k, g * n))
+            for j, m in enumerate(group.members):
+                s = specs[batch_i[m]]
+                batch_meta.append(CaptureMeta(
+                    s.tensor_name, s.node, s.role, s.kind, s.iteration, s.recording_type,
+                    value_shapes[m], s.per_sample, s.with_values, seg, value_offset + j * n, n,
+                    s.param_index))
+                seg += 1
+            value_offset += g * n
+        del mats
+        agg_stats = np.concatenate(parts_as, axis=1)
+        sample_stats = np.concatenate(parts_ss, axis=1)
+        agg_vals = np.concatenate(parts_av, axis=1)
+        sample_vals = np.concatenate(parts_sv, axis=1)
+    flat_stats = np.zeros((0, NUM_STATS), np.float32)
+    flat_vals = np.zeros(0, np.float32)
+    if flat_i:
+        vecs = [values[i].reshape(1, -1) for i in flat_i]
+        stats, value_vecs = [], []
+        seg, value_offset = 0, 0
+        for group in group_by_size(vecs):
+            stats.append(block_statistics(group.block)[0])  # [g, NUM_STATS]
+            for m in group.members:
+                s = specs[flat_i[m]]
+                off = -1
+                if s.with_values:
+                    value_vecs.append(vecs[m][0].copy())
+                    off = value_offset
+                    value_offset += s.numel
+                flat_meta.append(CaptureMeta(
+                    s.tensor_name, s.node, s.role, s.kind, s.iteration, s.recording_type,
+                    s.shape, False, s.with_values, seg, off, s.numel, s.param_index, "flat"))
+                seg += 1
+        flat_stats = np.concatenate(stats, axis=0)
+        if value_vecs:
+            flat_vals = np.concatenate(value_vecs)
+    svd = {}
+    if svd_vectors is not None:
+        for p, w in forward_param.items():
+            spec = next(s for s in specs if s.param_index == p and s.recording_type == _FORWARD)
+            if len(spec.shape) == 2:
+                svd[p], svd_vectors[p] = top_singular_value(w.reshape(spec.shape),
+                                                            svd_vectors.get(p))
+    del values, forward_param
+    if release is not None:
+        release()
+    if not specs:
+        return None
+    # Update ratio: norm of the update over the norm of the weight before it.
+    forward_norm = {m.param_index: flat_stats[m.segment, _NORM_COLUMN] for m in flat_meta
+                    if m.recording_type == _FORWARD and m.param_index >= 0}
+    ratio = {}
+    for m in flat_meta:
+        if m.recording_type == _UPDATE:
+            w = forward_norm.get(m.param_index)
+            u = flat_stats[m.segment, _NORM_COLUMN]
+            ratio[m.param_index] = float(u / w) if w else float("nan")
+    return build_tensor_table(
+        trial_id=trial_id, training_step=step, type_of_execution=toe, sample_indices=samples,
+        batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
+        batch_agg_values=agg_vals, batch_sample_values=sample_vals, flat_meta=flat_meta,
+        flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
+    )
+
+
+class Worker:
+    """Handles the messages of one trial's training process (used by both transports)."""
+
+    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool):
+        self.trial_id = trial_id
+        self.shards = ShardBuffer(Path(trial_dir))
+        self.svd_vectors: dict[int, np.ndarray] | None = {} if calculate_svd else None
+        self.segments: dict[tuple[int, int], np.ndarray] = {}
+        self._maps: dict[tuple[int, int], mmap.mmap] = {}
+        self.layouts: dict[int, list[CaptureSpec]] = {}
+        self.failed: str | None = None
+
+    # ----- segments -----------------------------------------------------------------
+
+    def add_segment(self, slot: int, index: int, buffer, nelems: int) -> None:
+        self.segments[(slot, index)] = np.frombuffer(buffer, np.float32, count=nelems)
+
+    def map_segment(self, slot: int, index: int, path: str, nelems: int) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            mm = mmap.mmap(fd, nelems * 4, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+            try:
+                os.unlink(path)  # both processes hold the mapping; nothing can leak now
+            except OSError:
+                pass
+        self._maps[(slot, index)] = mm
+        self.add_segment(slot, index, mm, nelems)
+
+    def drop_segment(self, slot: int, index: int) -> None:
+        self.segments.pop((slot, index), None)
+        mm = self._maps.pop((slot, index), None)
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # a view is still alive somewhere; the GC unmaps it
+                pass
+
+    # ----- messages -----------------------------------------------------------------
+
+    def handle(self, msg: dict, reply) -> bool:
+        """Handle one message; ``reply(dict)`` answers. False: the worker should exit."""
+        op = msg["op"]
+        if op == "close":
+            self._guard(self.shards.write)
+            reply({"op": "closed", "error": self.failed})
+            return False
+        if op == "flush":
+            self._guard(self.shards.write)
+            reply({"op": "flushed", "id": msg["id"], "error": self.failed})
+            return True
+        if op == "batch":
+            freed = []
+
+            def release():
+                if not freed:
+                    freed.append(True)
+                    reply({"op": "free", "slot": msg["slot"]})
+
+            self._guard(lambda: self._batch(msg, release))
+            release()
+        elif op == "segment":
+            if "buffer" in msg:
+                self.add_segment(msg["slot"], msg["index"], msg["buffer"], msg["nelems"])
+            else:
+                self._guard(lambda: self.map_segment(msg["slot"], msg["index"], msg["path"],
+                                                     msg["nelems"]))
+        elif op == "drop":
+            self.drop_segment(msg["slot"], msg["index"])
+        elif op == "kpis":
+            self._guard(lambda: self._kpis(msg["rows"]))
+        elif op == "config":
+            self.shards.flush_seconds = float(msg["flush_seconds"])
+        if self.failed is None and self.shards.must_flush():
+            self._guard(self.shards.write)
+        if self.failed is not None and not getattr(self, "_reported", False):
+            self._reported = True
+            reply({"op": "error", "message": self.failed})
+        return True
+
+    def tick(self) -> None:
+        """Called when ``seconds_to_flush`` has passed without a message."""
+        if self.failed is None and self.shards.must_flush():
+            self._guard(self.shards.write)
+
+    def seconds_to_flush(self) -> float | None:
+        return None if self.failed is not None else self.shards.seconds_to_flush()
+
+    def _guard(self, fn) -> None:
+        if self.failed is not None:
+            return
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - reported to the training process, which raises it
+            self.failed = f"{type(e).__name__}: {e}"
+            traceback.print_exc(file=sys.stderr)
+
+    def _batch(self, msg: dict, release) -> None:
+        if "layout" in msg:
+            self.layouts[msg["layout_id"]] = [CaptureSpec.from_list(x) for x in msg["layout"]]
+        specs = self.layouts[msg["layout_id"]]
+        refs = msg["refs"]
+        slot = msg["slot"]
+        arrays = []
+        for i, s in enumerate(specs):
+            seg, off = refs[2 * i], refs[2 * i + 1]
+            arrays.append(self.segments[(slot, seg)][off:off + s.numel])
+        samples = msg["samples"]
+        tensors = compute_tensor_table(self.trial_id, msg["step"], msg["toe"], samples, specs,
+                                       arrays, self.svd_vectors, release)
+        del arrays
+        graphs = msg["graphs"]
+        n = len(graphs)
+        steps = pa.table(
+            {
+                "trial_id": [self.trial_id] * n,
+                "training_step": [msg["step"]] * n,
+                "type_of_execution": [msg["toe"]] * n,
+                "iteration": [int(i) for i, _ in graphs],
+                "graph_hash": [h for _, h in graphs],
+                "batch_size": [msg["batch_size"]] * n,
+                "sample_indices": [samples] * n,
+                "sample_categories": [msg["categories"]] * n,
+                "wall_time": [msg["wall"]] * n,
+            }
+        ).cast(STEPS_SCHEMA)
+        self.shards.add({"tensors": tensors, "steps": steps})
+
+    def _kpis(self, rows: list) -> None:
+        if not rows:
+            return
+        g, n, t, tp, v, w = zip(*rows)
+        table = pa.table(
+            {"trial_id": [self.trial_id] * len(rows), "kpi_group": list(g), "kpi_name": list(n),
+             "type_of_execution": list(t), "timepoint": list(tp),
+             "value": [float("nan") if x is None else x for x in v], "wall_time": list(w)}
+        ).cast(KPIS_SCHEMA)
+        self.shards.add({"kpis": table})
+
+
+def warm_up() -> None:
+    """Run one tiny step through every stage in a throwaway folder.
+
+    The first use of pyarrow's conversions imports more modules (pandas among them) and
+    took ~0.15 s; done here, before the writer reports ready, no recorded step of the
+    training loop waits for it.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="comgra_like-warm-up-") as tmp:
+        worker = Worker(Path(tmp), "warm-up", calculate_svd=True)
+        buffer = bytearray(4 * 64)
+        worker.add_segment(0, 0, buffer, 64)
+        layout = [["x", "x", "x", "input", 0, _FORWARD, [2, 3], 0, True, True, -1],
+                  ["w", "w", "w", "parameter", -1, _FORWARD, [2, 2], None, False, False, 0],
+                  ["w", "w", "w", "parameter", -1, _UPDATE, [2, 2], None, False, False, 0]]
+        replies = []
+        for msg in (
+            {"op": "batch", "slot": 0, "layout_id": 0, "layout": layout, "refs": [0, 0, 0, 16, 0, 32],
+             "step": 0, "toe": "warm_up", "samples": [0], "categories": [""], "batch_size": 2,
+             "wall": 0.0, "graphs": [[0, "0" * 64]]},
+            {"op": "kpis", "rows": [["g", "k", "warm_up", 0, 1.0, 0.0]]},
+            {"op": "flush", "id": 1},
+        ):
+            worker.handle(msg, replies.append)
+        if worker.failed is not None:
+            raise RuntimeError(f"the writer's self-test failed: {worker.failed}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the writer process: ``worker.py TRIAL_DIR TRIAL_ID SVD(0|1)``."""
+    argv = sys.argv[1:] if argv is None else argv
+    trial_dir, trial_id, svd = argv[0], argv[1], argv[2] == "1"
+    # Ctrl-C in the terminal reaches the whole process group: the training process
+    # decides what happens; this one writes what it got once its input ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # stray prints must not corrupt the replies
+    sys.stdout = sys.stderr
+    worker = Worker(Path(trial_dir), trial_id, svd)
+
+    def reply(obj: dict) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            data = data[os.write(out_fd, data):]
+
+    warm_up()
+    reply({"op": "ready"})
+    pending = b""
+    running = True
+    while running:
+        timeout = worker.seconds_to_flush()
+        ready, _, _ = select.select([0], [], [], timeout)
+        if not ready:
+            worker.tick()
+            continue
+        chunk = os.read(0, 1 << 20)
+        if not chunk:  # the training process is gone: keep what it sent
+            worker.handle({"op": "close"}, lambda _obj: None)
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not worker.handle(json.loads(line), reply):
+                running = False
+                break
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - started by client.py
+    sys.exit(main())
