@@ -60,17 +60,19 @@ class _RowLayout:
 
     Training loops register the same tensors step after step, so this is computed once
     per distinct layout and cached; per step only statistics and values are gathered.
+    Rows come out in the shard's sort order (SORT_KEYS, within one step), so a shard of
+    steps written in order needs no sorting.
     """
 
     n: int
     keep: np.ndarray | None  # [S, 3+k] rows kept of the batch statistics block
     flat_segments: np.ndarray
-    value_index_batch: np.ndarray  # indices into ravel(concat(agg_vals, sample_vals))
-    value_index_flat: np.ndarray  # indices into flat_values
-    static: dict  # column name -> pa.Array
+    row_order: np.ndarray  # sorted row -> row of concat(batch stats[keep], flat stats)
+    value_gather: np.ndarray  # indices into concat(ravel(agg+sample values), flat values)
+    static: dict  # column name -> pa.Array (sorted rows)
     svd_capture: np.ndarray  # per capture: param index whose svd goes there, or -1
     ratio_capture: np.ndarray  # per capture: param index whose update ratio goes there
-    capture_of_row: np.ndarray
+    capture_of_row: np.ndarray  # per sorted row
 
 
 @functools.lru_cache(maxsize=32)
@@ -95,53 +97,63 @@ def _row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMet
     if flat_meta:
         agg_code.append(np.full(len(flat_meta), 4, np.int32))
         sample_col.append(np.full(len(flat_meta), -1, np.int32))
+    agg = np.concatenate(agg_code) if agg_code else np.zeros(0, np.int32)
+    sample = np.concatenate(sample_col) if sample_col else np.zeros(0, np.int32)
 
-    lengths = np.zeros(n, np.int64)
-    valid = np.zeros(n, dtype=bool)
-    batch_index, flat_index = [], []
-    row = 0
+    # The value indices of every row, into concat(ravel(agg+sample values), flat values).
+    flat_base = (3 + k) * n_batch_values
+    row_values: list[np.ndarray | None] = []
     for m, r in zip(metas, rows_per):
-        if m.with_values:
-            if m.aggregation_free:
-                flat_index.append(np.arange(m.value_offset, m.value_offset + m.numel))
-            else:
-                cols = np.arange(m.value_offset, m.value_offset + m.numel)
-                batch_index.append((np.arange(r)[:, None] * n_batch_values + cols).reshape(-1))
-            lengths[row:row + r] = m.numel
-            valid[row:row + r] = True
-        row += r
+        if not m.with_values:
+            row_values += [None] * int(r)
+        elif m.aggregation_free:
+            row_values.append(flat_base + np.arange(m.value_offset, m.value_offset + m.numel))
+        else:
+            cols = np.arange(m.value_offset, m.value_offset + m.numel)
+            # rows of one capture: its kept aggregations and samples, in block row order
+            block_rows = [0, 1, 2] + ([3 + j for j in range(k)] if m.per_sample else [])
+            row_values += [b * n_batch_values + cols for b in block_rows]
+
+    agg_names = list(AGG_NAMES) + ["sample", "none"]
+    order = sorted(range(n), key=lambda r: (
+        metas[capture_of_row[r]].iteration, metas[capture_of_row[r]].recording_type,
+        metas[capture_of_row[r]].node, metas[capture_of_row[r]].role, agg_names[agg[r]],
+        sample[r]))
+    row_order = np.array(order, np.int64)
+    capture_sorted = capture_of_row[row_order]
+    lengths = np.array([0 if row_values[r] is None else len(row_values[r]) for r in order],
+                       np.int64)
+    valid = np.array([row_values[r] is not None for r in order], dtype=bool)
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
+    gathered = [row_values[r] for r in order if row_values[r] is not None]
 
     static = {
-        "iteration": pa.array(np.array([m.iteration for m in metas], np.int32)[capture_of_row]),
-        "node": _dict_column([m.node for m in metas], capture_of_row),
-        "role": _dict_column([m.role for m in metas], capture_of_row),
-        "tensor_name": _dict_column([m.tensor_name for m in metas], capture_of_row),
-        "kind": _dict_column([m.kind for m in metas], capture_of_row),
-        "recording_type": _dict_column([m.recording_type for m in metas], capture_of_row),
-        "aggregation": pa.DictionaryArray.from_arrays(
-            pa.array(np.concatenate(agg_code) if agg_code else np.zeros(0, np.int32)),
-            pa.array(list(AGG_NAMES) + ["sample", "none"])),
-        "sample_index": pa.array(np.concatenate(sample_col) if sample_col
-                                 else np.zeros(0, np.int32)),
-        "shape": _shape_column(metas, capture_of_row),
-        "numel": pa.array(np.array([m.numel for m in metas], np.int64)[capture_of_row]),
+        "iteration": pa.array(np.array([m.iteration for m in metas], np.int32)[capture_sorted]),
+        "node": _dict_column([m.node for m in metas], capture_sorted),
+        "role": _dict_column([m.role for m in metas], capture_sorted),
+        "tensor_name": _dict_column([m.tensor_name for m in metas], capture_sorted),
+        "kind": _dict_column([m.kind for m in metas], capture_sorted),
+        "recording_type": _dict_column([m.recording_type for m in metas], capture_sorted),
+        "aggregation": pa.DictionaryArray.from_arrays(pa.array(agg[row_order]),
+                                                      pa.array(agg_names)),
+        "sample_index": pa.array(sample[row_order]),
+        "shape": _shape_column(metas, capture_sorted),
+        "numel": pa.array(np.array([m.numel for m in metas], np.int64)[capture_sorted]),
         "_offsets": pa.array(offsets),
         "_mask": pa.array(~valid),
     }
-    empty = np.zeros(0, np.int64)
     return _RowLayout(
         n=n, keep=keep,
         flat_segments=np.array([m.segment for m in flat_meta], np.int64),
-        value_index_batch=np.concatenate(batch_index) if batch_index else empty,
-        value_index_flat=np.concatenate(flat_index) if flat_index else empty,
+        row_order=row_order,
+        value_gather=np.concatenate(gathered) if gathered else np.zeros(0, np.int64),
         static=static,
         svd_capture=np.array([m.param_index if m.recording_type == "forward" else -1
                               for m in metas], np.int64),
         ratio_capture=np.array([m.param_index if m.recording_type == "update" else -1
                                 for m in metas], np.int64),
-        capture_of_row=capture_of_row,
+        capture_of_row=capture_sorted,
     )
 
 
@@ -172,27 +184,27 @@ def build_tensor_table(
     svd_top: dict[int, float],
     update_ratio: dict[int, float],
 ) -> pa.Table:
-    """One row per capture x aggregation (runs on the writer thread, so it keeps the GIL
-    briefly: the layout is cached, and per step only numbers are gathered)."""
+    """One row per capture x aggregation, in the shard's sort order."""
     layout = _row_layout(tuple(batch_meta), tuple(flat_meta), tuple(sample_indices),
                          batch_agg_values.shape[1])
     n = layout.n
     blocks = []
-    value_parts = []
+    sources = []
     if batch_meta:
         both = np.concatenate([batch_agg_stats, batch_sample_stats], axis=0).transpose(1, 0, 2)
         blocks.append(both[layout.keep])
-        all_vals = np.concatenate([batch_agg_values, batch_sample_values], axis=0).reshape(-1)
-        value_parts.append(all_vals[layout.value_index_batch])
+        sources.append(np.concatenate([batch_agg_values, batch_sample_values], axis=0).ravel())
+    else:
+        sources.append(np.zeros((3 + len(sample_indices)) * batch_agg_values.shape[1], np.float32))
     if flat_meta:
         blocks.append(flat_stats[layout.flat_segments])
-        value_parts.append(flat_values[layout.value_index_flat])
-    stats = (np.concatenate(blocks).astype(np.float32, copy=False) if blocks
+        sources.append(flat_values)
+    stats = (np.concatenate(blocks).astype(np.float32, copy=False)[layout.row_order] if blocks
              else np.zeros((0, len(STATISTICS)), np.float32))
-    flat = (np.concatenate(value_parts).astype(np.float32, copy=False) if value_parts
-            else np.zeros(0, np.float32))
+    source = np.concatenate(sources).astype(np.float32, copy=False)
     static = layout.static
-    values = pa.ListArray.from_arrays(static["_offsets"], pa.array(flat), mask=static["_mask"])
+    values = pa.ListArray.from_arrays(static["_offsets"], pa.array(source[layout.value_gather]),
+                                      mask=static["_mask"])
     arrays = {
         "trial_id": _constant_dict(trial_id, n),
         "training_step": pa.array(np.full(n, training_step, np.int64)),

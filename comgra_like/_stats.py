@@ -32,12 +32,20 @@ def block_statistics(x: np.ndarray) -> np.ndarray:
     """
     n = x.shape[-1]
     out = np.empty(x.shape[:-1] + (NUM_STATS,), np.float32)
-    total = x.sum(axis=-1)
+    if x.flags.c_contiguous and n > 1:
+        # Sums as matrix-vector products: several times faster than numpy's reduction
+        # on short rows (one per sample of an activation).
+        rows = x.reshape(-1, n)
+        ones = np.ones(n, np.float32)
+        total = (rows @ ones).reshape(x.shape[:-1])
+        abs_sum = (np.abs(rows) @ ones).reshape(x.shape[:-1])
+    else:
+        total = x.sum(axis=-1)
+        abs_sum = np.abs(x).sum(axis=-1)
     mean = total / np.float32(n)
     mx = x.max(axis=-1)
     mn = x.min(axis=-1)
     sq = np.vecdot(x, x)
-    abs_sum = np.abs(x).sum(axis=-1)
     if n > 1:
         shifted = total * mean  # n * mean^2
         var = np.maximum(sq - shifted, 0) / np.float32(n - 1)
@@ -66,17 +74,18 @@ def block_statistics(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def batch_aggregates(per_sample: np.ndarray) -> np.ndarray:
-    """Mean, abs-max and std (ddof=1) over axis 0 -> ``[3, ...]``."""
-    b = per_sample.shape[0]
-    out = np.empty((3,) + per_sample.shape[1:], np.float32)
-    mean = per_sample.sum(axis=0) / np.float32(b)
+def batch_aggregates(per_sample: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Mean, abs-max and std (ddof=1) over ``axis`` -> ``[3, <the other axes>]``."""
+    b = per_sample.shape[axis]
+    rest = per_sample.shape[:axis] + per_sample.shape[axis + 1:]
+    out = np.empty((3,) + rest, np.float32)
+    mean = per_sample.sum(axis=axis) / np.float32(b)
     out[0] = mean
-    out[1] = np.maximum(per_sample.max(axis=0), -per_sample.min(axis=0))
+    out[1] = np.maximum(per_sample.max(axis=axis), -per_sample.min(axis=axis))
     if b > 1:
-        centered = per_sample - mean
+        centered = per_sample - np.expand_dims(mean, axis)
         np.multiply(centered, centered, out=centered)
-        out[2] = np.sqrt(centered.sum(axis=0) / np.float32(b - 1))
+        out[2] = np.sqrt(centered.sum(axis=axis) / np.float32(b - 1))
     else:
         out[2] = 0.0
     return out
@@ -84,10 +93,10 @@ def batch_aggregates(per_sample: np.ndarray) -> np.ndarray:
 
 @dataclass
 class SizeGroup:
-    """Arrays of one size, stacked: ``members[j]`` is the caller's index of block row j."""
+    """Arrays of one size, stacked: ``members[j]`` is the caller's index of ``block[j]``."""
 
     members: list[int]
-    block: np.ndarray  # [B, len(members), n]
+    block: np.ndarray  # [len(members), B, n], C-contiguous
 
 
 def group_by_size(mats: list[np.ndarray]) -> list[SizeGroup]:
@@ -104,14 +113,14 @@ def group_by_size(mats: list[np.ndarray]) -> list[SizeGroup]:
     for members in by_size.values():
         runs = _adjacent_runs([mats[i] for i in members])
         if runs is None:
-            groups.append(SizeGroup(members, np.stack([mats[i] for i in members], axis=1)))
+            groups.append(SizeGroup(members, np.stack([mats[i] for i in members], axis=0)))
             continue
         for start, stop in runs:
             first = mats[members[start]]
             b, n = first.shape
             item = first.itemsize
             block = np.lib.stride_tricks.as_strided(
-                first, shape=(b, stop - start, n), strides=(n * item, first.nbytes, item),
+                first, shape=(stop - start, b, n), strides=(first.nbytes, n * item, item),
                 writeable=False)
             groups.append(SizeGroup(members[start:stop], block))
     return groups

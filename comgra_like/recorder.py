@@ -71,6 +71,19 @@ class _Parameter:
 
 
 @dataclass(eq=False)
+class _CapturePlan:
+    """Where the tensors of one capture call go in a slot (see ``_capture``)."""
+
+    order: list[int]  # tensor index per view (sorted by size)
+    views: list[torch.Tensor]
+    refs: list[int]  # segment, offset per view
+    layout: list[tuple]  # the writer's description per view
+    fill: list[int]  # the slot's fill after this call
+    needed: int
+    complex: bool
+
+
+@dataclass(eq=False)
 class _Batch:
     """Everything one recorded (or undecided) batch accumulates; dropped at finish."""
 
@@ -332,14 +345,13 @@ class ComgraRecorder:
         batch.walker = self._make_walker(batch)
         batch.slot = self._writer.acquire()
         for i, p in enumerate(self._params):
-            reg = self._add_registration(
+            self._add_registration(
                 tensor_name=p.full_name, tensor=p.tensor, node=p.node, role=p.role,
                 kind="parameter", iteration=-1, batch_dim=None, per_sample=False,
-                with_values=False,
+                with_values=False, param_index=i,
             )
-            reg.param_index = i
         # The optimizer updates in place: the values before this step are kept now.
-        self._capture([(reg, _FORWARD, reg.tensor) for reg in batch.regs])
+        self._capture(batch.regs, [p.tensor for p in self._params], _FORWARD)
 
     @staticmethod
     def _check_type_of_execution(type_of_execution) -> None:
@@ -486,7 +498,8 @@ class ComgraRecorder:
         )
 
     def _add_registration(self, *, tensor_name, tensor, node, role, kind, iteration, batch_dim,
-                          per_sample, with_values, alias_of=None) -> _Registration:
+                          per_sample, with_values, alias_of=None,
+                          param_index=-1) -> _Registration:
         batch = self._batch
         if (tensor_name, iteration) in batch.by_name:
             raise RegistrationError(
@@ -502,13 +515,13 @@ class ComgraRecorder:
         reg = _Registration(
             rid=len(batch.regs), tensor_name=tensor_name, node=node, role=role, kind=kind,
             iteration=iteration, batch_dim=batch_dim, per_sample=per_sample,
-            with_values=with_values, tensor=tensor, alias_of=alias_of,
+            with_values=with_values, tensor=tensor, alias_of=alias_of, param_index=param_index,
         )
         shape = list(tensor.shape)
         if batch_dim is not None:
             shape[batch_dim] = -1
         reg.sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of,
-                   reg.param_index)
+                   param_index, per_sample, with_values, batch_dim, tensor.dtype)
         batch.regs.append(reg)
         batch.by_iteration.setdefault(iteration, []).append(reg)
         batch.by_name[(tensor_name, iteration)] = reg
@@ -600,18 +613,17 @@ class ComgraRecorder:
                 f"{self.training_step}; use a different name for each call in one batch"
             )
         batch.gradient_groups.add(name)
-        rtype = f"gradient:{name}"
-        items = []
+        regs, grads = [], []
         for reg in batch.regs:
             if reg.alias_of is not None:
                 continue
             grad = reg.tensor.grad
-            if grad is None:
-                continue
-            items.append((reg, rtype, grad))
-        self._capture(items)
+            if grad is not None:
+                regs.append(reg)
+                grads.append(grad)
+        self._capture(regs, grads, f"gradient:{name}")
         if set_gradients_to_zero_if_not_a_parameter:
-            for reg, _, _ in items:
+            for reg in regs:
                 if reg.kind != "parameter":
                     reg.tensor.grad = None
 
@@ -893,45 +905,56 @@ class ComgraRecorder:
 
     # ----- copying and sending a recorded batch ----------------------------------------------
 
-    def _capture(self, items: list[tuple[_Registration, str, torch.Tensor]]) -> None:
+    def _capture(self, regs: list[_Registration], tensors: list[torch.Tensor],
+                 recording_types: str | list[str]) -> None:
         """Copy tensors (as float32) into the batch's shared memory for the writer.
 
-        Steps of a training loop capture the same shapes in the same order, so where each
-        tensor goes and the views that write it there are planned once per slot and
-        reused: per step only the copies remain.
+        Steps of a training loop capture the same tensors in the same order, so where each
+        one goes, the views that write it there and its description for the writer are
+        planned once per slot and reused: per step only the copies remain. Tensors of one
+        size go next to each other, so that the writer reduces them as one block.
         """
-        if not items:
+        if not regs:
             return
         batch = self._batch
         slot = batch.slot
-        # Tensors of one size next to each other: the writer reduces them as one block.
-        items.sort(key=lambda item: item[2].numel())
-        tensors = [t.detach() for _, _, t in items]
-        key = (tuple(slot.fill), tuple(t.shape for t in tensors))
+        single = isinstance(recording_types, str)
+        key = (recording_types if single else tuple(recording_types), tuple(slot.fill),
+               self._batch_size, tuple([r.sig for r in regs]))
         plan = slot.plans.get(key)
         if plan is None:
-            refs, views = [], []
-            for t in tensors:
-                n = t.numel()
-                seg_index, offset = self._writer.allocate(slot, n)
-                seg = slot.segments[seg_index]
-                if seg.view is None:
-                    seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
-                views.append(seg.view[offset:offset + n].view(t.shape))
-                refs += (seg_index, offset)
-            if len(slot.plans) >= 64:  # shapes that change every step: plan afresh
+            plan = self._plan_capture(slot, regs, tensors, [recording_types] * len(regs)
+                                      if single else recording_types)
+            if len(slot.plans) >= 64:  # tensors that change every step: plan afresh
                 slot.plans.clear()
-            plan = slot.plans[key] = (refs, views, list(slot.fill), slot.needed)
+            slot.plans[key] = plan
         else:
-            refs, views, fill, needed = plan
-            slot.fill[:] = fill
-            slot.needed = needed
-        for view, t in zip(views, tensors):
-            view.copy_(t.abs() if t.is_complex() else t)
-        batch.refs += refs
-        batch.layout += [(reg.tensor_name, reg.node, reg.role, reg.kind, reg.iteration, rtype,
-                          tuple(t.shape), reg.batch_dim, reg.per_sample, reg.with_values,
-                          reg.param_index) for (reg, rtype, _), t in zip(items, tensors)]
+            slot.fill[:] = plan.fill
+            slot.needed = plan.needed
+        with torch.no_grad():
+            for i, view in zip(plan.order, plan.views):
+                t = tensors[i]
+                view.copy_(t.abs() if plan.complex else t)
+        batch.refs += plan.refs
+        batch.layout += plan.layout
+
+    def _plan_capture(self, slot: Slot, regs, tensors, recording_types) -> _CapturePlan:
+        order = sorted(range(len(regs)), key=lambda i: tensors[i].numel())
+        refs, views, layout = [], [], []
+        for i in order:
+            t, reg = tensors[i], regs[i]
+            n = t.numel()
+            seg_index, offset = self._writer.allocate(slot, n)
+            seg = slot.segments[seg_index]
+            if seg.view is None:
+                seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
+            views.append(seg.view[offset:offset + n].view(t.shape))
+            refs += (seg_index, offset)
+            layout.append((reg.tensor_name, reg.node, reg.role, reg.kind, reg.iteration,
+                           recording_types[i], tuple(t.shape), reg.batch_dim, reg.per_sample,
+                           reg.with_values, reg.param_index))
+        return _CapturePlan(order, views, refs, layout, list(slot.fill), slot.needed,
+                            any(t.is_complex() for t in tensors))
 
     def _write_batch(self) -> None:
         """Copy the forward values and the updated parameters, and send the batch.
@@ -942,8 +965,9 @@ class ComgraRecorder:
         values and Arrow tables are the writer process's work.
         """
         batch = self._batch
-        self._capture([(reg, _UPDATE if reg.param_index >= 0 else _FORWARD, reg.tensor)
-                       for reg in batch.regs if reg.alias_of is None])
+        regs = [reg for reg in batch.regs if reg.alias_of is None]
+        self._capture(regs, [reg.tensor for reg in regs],
+                      [_UPDATE if reg.param_index >= 0 else _FORWARD for reg in regs])
         layout_id, new = self._writer.layout_id(tuple(batch.layout))
         msg = {
             "layout_id": layout_id,

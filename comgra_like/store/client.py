@@ -1,8 +1,9 @@
 """The training process's side of the writer: shared-memory slots and the writer process.
 
 A recorded step is copied into one of a few *slots* of shared memory; a slot is busy from
-``acquire()`` until the writer has read it, so at most ``slots`` recorded steps are in
-flight and a slow disk slows training down instead of growing memory without limit.
+``acquire()`` until the writer has read it. There are two slots, and up to eight while
+they fit in 128 MiB (so training does not wait while the writer writes a shard); beyond
+that a slow writer or disk slows training down instead of growing memory without limit.
 Everything else goes to the writer as one JSON line per message (``worker.py`` documents
 the protocol). No pickle anywhere.
 
@@ -94,6 +95,7 @@ class WriterClient:
     """Sends recorded steps to the writer; the recorder's only door to the disk."""
 
     def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool, *, slots: int = 2,
+                 max_slots: int = 8, slot_budget_bytes: int = 128 * 2**20,
                  mode: str | None = None):
         self.trial_dir = Path(trial_dir)
         mode = mode or os.environ.get("COMGRA_LIKE_WRITER") or (
@@ -104,6 +106,8 @@ class WriterClient:
         self.mode = mode
         self._slots = [Slot(i) for i in range(slots)]
         self._free = list(range(slots))
+        self._max_slots = max_slots
+        self._slot_budget = slot_budget_bytes
         self._error: str | None = None
         self._closed = False
         self._flush_id = 0
@@ -258,6 +262,15 @@ class WriterClient:
     def acquire(self) -> Slot:
         """A free slot for the next recorded step; waits while every slot is in flight."""
         self._raise_if_failed()
+        if not self._free:
+            self._receive(timeout=0)
+        if not self._free and len(self._slots) < self._max_slots:
+            # All in flight (the writer is busy, e.g. writing a shard): one more slot if
+            # the memory budget allows, rather than making training wait.
+            largest = 4 * max(slot.needed for slot in self._slots)
+            if largest * (len(self._slots) + 1) <= self._slot_budget:
+                self._slots.append(Slot(len(self._slots)))
+                self._free.append(len(self._slots) - 1)
         while not self._free:
             self._receive(timeout=1.0)
             self._raise_if_failed()

@@ -62,6 +62,7 @@ class ShardBuffer:
         self._buffered_bytes = 0
         self._oldest: float | None = None
         self._next_seq = {k: self._first_free_seq(k) for k in TABLES}
+        self._unsorted: set[str] = set()
         self.shards_written = 0
 
     def _first_free_seq(self, kind: str) -> int:
@@ -75,10 +76,15 @@ class ShardBuffer:
                 last = max(last, r[1])
         return last + 1
 
-    def add(self, tables: dict[str, pa.Table | None]) -> None:
+    def add(self, tables: dict[str, pa.Table | None], presorted: tuple[str, ...] = ()) -> None:
+        """Buffer tables; ``presorted`` kinds come sorted and after everything buffered
+        before them in the sort order (one recorded step after the other), so their
+        shard needs no sort."""
         for kind, table in tables.items():
             if table is None or table.num_rows == 0:
                 continue
+            if kind not in presorted:
+                self._unsorted.add(kind)
             self._buffers[kind].append(table)
             self._buffered_rows[kind] += table.num_rows
             self._buffered_bytes += table.nbytes
@@ -105,7 +111,10 @@ class ShardBuffer:
             tables = self._buffers[kind]
             if not tables:
                 continue
-            table = sort_table(kind, unify(kind, tables)).cast(SCHEMAS[kind])
+            table = unify(kind, tables)
+            if kind in self._unsorted:
+                table = sort_table(kind, table)
+            table = table.cast(SCHEMAS[kind])
             seq = self._next_seq[kind]
             atomic_write_parquet(
                 self.trial_dir / kind / part_name(seq),
@@ -118,6 +127,7 @@ class ShardBuffer:
             self._buffered_rows[kind] = 0
         self._buffered_bytes = 0
         self._oldest = None
+        self._unsorted.clear()
         # Arrow's allocator keeps freed memory for reuse; a recorder that writes every
         # second would otherwise hold on to the high-water mark of every flush.
         pa.default_memory_pool().release_unused()

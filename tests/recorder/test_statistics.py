@@ -42,9 +42,9 @@ def test_grouped_statistics_match_numpy(batch, value_shapes, seed, scale):
     got = {}
     for g in groups:
         stats = block_statistics(g.block)
-        assert stats.shape == (batch, len(g.members), len(STAT_NAMES))
+        assert stats.shape == (len(g.members), batch, len(STAT_NAMES))
         for j, i in enumerate(g.members):
-            got[i] = stats[:, j]
+            got[i] = stats[j]
     for s, t in enumerate(tensors):
         for b in range(batch):
             ref = numpy_stats(t[b])
@@ -138,3 +138,33 @@ def test_std_is_accurate_for_large_offsets():
     v = (1000.0 + 0.01 * rng.normal(size=(4, 5000))).astype(np.float32)
     got = block_statistics(v)
     np.testing.assert_allclose(got[:, 2], v.astype(np.float64).std(axis=1, ddof=1), rtol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 4), sizes=st.lists(st.sampled_from([1, 3, 16]), min_size=1, max_size=8),
+       seed=st.integers(0, 2**31 - 1))
+def test_arrays_back_to_back_in_memory_are_reduced_in_place(batch, sizes, seed):
+    """The writer's shared memory holds tensors of one size back to back: group_by_size
+    views such runs instead of copying them, with the same statistics."""
+    rng = np.random.default_rng(seed)
+    buffer = rng.normal(size=batch * sum(sizes)).astype(np.float32)
+    mats, pos = [], 0
+    for n in sizes:
+        mats.append(buffer[pos:pos + batch * n].reshape(batch, n))
+        pos += batch * n
+    groups = group_by_size(mats)
+    assert sorted(i for g in groups for i in g.members) == list(range(len(mats)))
+    for g in groups:
+        adjacent = all(b == a + 1 for a, b in zip(g.members, g.members[1:]))
+        if adjacent:
+            assert np.shares_memory(g.block, buffer)  # a view, not a copy
+        stats = block_statistics(g.block)
+        aggregated = batch_aggregates(g.block, axis=1)
+        for j, i in enumerate(g.members):
+            np.testing.assert_array_equal(g.block[j], mats[i])
+            for b in range(batch):
+                ref = numpy_stats(mats[i][b])
+                for k, name in enumerate(STAT_NAMES):
+                    np.testing.assert_allclose(stats[j, b, k], ref[name], rtol=2e-4, atol=2e-6,
+                                               err_msg=name)
+            np.testing.assert_allclose(aggregated[0, j], mats[i].mean(0), rtol=1e-5, atol=1e-6)

@@ -239,3 +239,43 @@ def test_compaction_skips_a_damaged_shard_without_hiding_it(tmp_path):
     g = open_group(tmp_path / "g")
     assert g.list_steps("t")["training_step"].tolist() == [0, 2, 3, 4]
     assert len(g.skipped) == 1
+
+
+def test_tensor_shards_come_out_in_sort_order_without_sorting(tmp_path):
+    """The writer skips sorting tensor shards: rows are built sorted. Check it on a
+    recurrent run with several iterations, samples, parameters and two loss groups."""
+    import pyarrow.parquet as pq
+
+    from comgra_like.store.writer import sort_table
+
+    net = torch.nn.Linear(3, 3)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)),
+                         max_num_batch_size_to_record=3)
+    rec.track_module("net", net)
+    rec._writer.flush_seconds = 3600
+    for step in range(4):
+        rec.start_batch(step, 5)
+        h = torch.zeros(5, 3)
+        rec.register_tensor("state", h, is_initial_value=True)
+        for _ in range(3):
+            rec.start_iteration()
+            x = torch.randn(5, 3)
+            rec.register_tensor("x", x, is_input=True)
+            h = torch.tanh(net(x) + h)
+            rec.register_tensor("state", h, node_name="cell", role_within_node="h")
+            rec.register_tensor("zz_last", h * 2)
+            rec.finish_iteration()
+        loss = h.pow(2).mean()
+        rec.start_iteration()
+        rec.register_tensor("loss", loss, is_loss=True)
+        loss.backward(retain_graph=True)
+        rec.record_current_gradients("a")
+        rec.record_current_gradients("b")
+        rec.finish_iteration()
+        rec.finish_batch()
+    rec._writer.flush(timeout=60)
+    [shard] = (tmp_path / "g/trials/t/tensors").iterdir()
+    table = pq.read_table(shard)
+    assert table.num_rows > 100 and len(set(table.column("training_step").to_pylist())) == 4
+    assert table.equals(sort_table("tensors", table))
+    rec.finalize()
