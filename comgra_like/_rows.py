@@ -1,4 +1,4 @@
-"""Turns the statistics computed on the device into Arrow tables (runs on the writer thread)."""
+"""Turns the statistics of a recorded step into an Arrow table (runs in the writer process)."""
 
 from __future__ import annotations
 

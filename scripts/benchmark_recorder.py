@@ -138,11 +138,13 @@ def _dir_stats(path: Path):
     return total, files
 
 
-def _peak_rss_mb():
+def _peak_rss_mb(children: bool = False):
+    """Peak RSS of this process, or of its largest finished child (comgra_like's writer)."""
     try:
         import resource
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+        return resource.getrusage(who).ru_maxrss / 1024.0
     except ImportError:  # pragma: no cover - non-Unix
         return None
 
@@ -283,6 +285,7 @@ def run_worker(args) -> dict:
         "trial_bytes": trial_bytes,
         "trial_files": trial_files,
         "peak_rss_mb": _peak_rss_mb(),
+        "peak_rss_children_mb": _peak_rss_mb(children=True),
     }
     return res
 
@@ -323,7 +326,7 @@ def _check_importable(python: str, impl: str) -> str | None:
     return None
 
 
-def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=False):
+def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=False, width=256):
     cmd = [
         python,
         str(SCRIPT_PATH),
@@ -336,6 +339,8 @@ def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=Fal
         str(steps),
         "--root",
         str(root),
+        "--width",
+        str(width),
     ]
     if cprofile:
         cmd += ["--cprofile", str(cprofile)]
@@ -402,6 +407,7 @@ def _summarize(runs):
     out["files"] = _med([r["group_files"] for r in runs])
     out["group_bytes"] = _med([r["group_bytes"] for r in runs])
     out["peak_rss_mb"] = _med([r["peak_rss_mb"] for r in runs])
+    out["peak_rss_children_mb"] = _med([r.get("peak_rss_children_mb") for r in runs])
     return out
 
 
@@ -528,10 +534,17 @@ def _print_table(summary, skipped):
     )
     row("files on disk (every)", g(like, "every", "files"), g(cg, "every", "files"), ".0f")
     row(
-        "peak RSS of worker, MB (every)",
+        "peak RSS of training process, MB (every)",
         g(like, "every", "peak_rss_mb"),
         g(cg, "every", "peak_rss_mb"),
         ".0f",
+    )
+    row(
+        "peak RSS of writer process, MB (every)",
+        g(like, "every", "peak_rss_children_mb"),
+        None,
+        ".0f",
+        show_ratio=False,
     )
     row("steps per run: 1-in-10 / every", None, None, "", show_ratio=False)
     rows[-1] = (
@@ -634,6 +647,13 @@ def main(argv=None):
     )
     ap.add_argument("--keep", action="store_true", help="keep the recorded trials in --out")
     ap.add_argument("--no-aa", action="store_true", help="skip the bare-vs-bare noise run")
+    ap.add_argument(
+        "--width",
+        type=int,
+        default=WORKLOAD["width"],
+        help="width (and input size) of the MLP (default 256, the issue's workload; a wider "
+        "one shows how the overhead scales with the step time)",
+    )
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
@@ -647,6 +667,7 @@ def main(argv=None):
         help="worker mode: write cProfile stats of the recorded chunks here",
     )
     args = ap.parse_args(argv)
+    WORKLOAD["width"] = WORKLOAD["input_size"] = args.width
 
     if args.worker:
         if args.root is None:
@@ -710,7 +731,8 @@ def main(argv=None):
                 if root.exists():
                     shutil.rmtree(root)
                 try:
-                    res = _run_worker_proc(python, impl, mode, steps, root, verbose=True)
+                    res = _run_worker_proc(python, impl, mode, steps, root, verbose=True,
+                                           width=args.width)
                 except RuntimeError as e:
                     print(f"    ERROR {e}", flush=True)
                     skipped.append(f"error: {impl}/{mode} failed in repeat {rep + 1}")

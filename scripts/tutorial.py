@@ -482,7 +482,7 @@ def _single_torch_thread():
     """Run torch on one thread, then restore the previous setting.
 
     The matrices here are small (128 x 255 times 255 x 200): a second thread gains little,
-    and on a 2-core machine where anything else is busy (the recorder's writer thread, a
+    and on a 2-core machine where anything else is busy (the recorder's writer process, a
     GUI reading the run live) two torch threads were up to 10x slower than one.
     """
     import torch

@@ -279,3 +279,39 @@ def test_tensor_shards_come_out_in_sort_order_without_sorting(tmp_path):
     assert table.num_rows > 100 and len(set(table.column("training_step").to_pylist())) == 4
     assert table.equals(sort_table("tensors", table))
     rec.finalize()
+
+
+def test_thread_and_process_writers_write_the_same_rows(tmp_path, monkeypatch):
+    """Both transports run the same worker: same seeds give the same shards' contents."""
+    import pyarrow.parquet as pq
+
+    tables = {}
+    for mode in ("process", "thread"):
+        monkeypatch.setenv("COMGRA_LIKE_WRITER", mode)
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        rec = ComgraRecorder(tmp_path / mode, "g", "t",
+                             DecisionMakerForRecordingsHardcoded(range(0, 20, 3)),
+                             max_num_batch_size_to_record=2)
+        rec.track_module("net", net)
+        for step in range(20):
+            x = torch.randn(6, 3)
+            rec.start_batch(step, 6)
+            rec.start_iteration()
+            rec.register_tensor("x", x, is_input=True)
+            out = net(x)
+            rec.register_tensor("out", out)
+            loss = out.pow(2).mean()
+            rec.register_tensor("loss", loss, is_loss=True)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            rec.record_current_gradients("loss")
+            rec.finish_iteration()
+            rec.finish_batch()
+        rec.finalize()
+        [f] = (tmp_path / mode / "g/trials/t/tensors").iterdir()
+        tables[mode] = pq.read_table(f).drop_columns(["trial_id"])
+    assert tables["process"].num_rows > 100
+    assert tables["process"].equals(tables["thread"])
