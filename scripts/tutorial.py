@@ -526,7 +526,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--steps", type=int, default=None,
-        help=f"training steps per trial (default {DEFAULT_STEPS}: both trials in about 2 minutes)",
+        help=f"training steps per trial (default {DEFAULT_STEPS}: both trials in about a minute)",
     )
     parser.add_argument(
         "--long", action="store_true",
