@@ -20,6 +20,7 @@ Two transports run the same ``Worker``:
 from __future__ import annotations
 
 import json
+import logging
 import mmap
 import os
 import queue
@@ -32,6 +33,8 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigurationError, StorageError
+
+log = logging.getLogger("comgra_like")
 
 ALIGN = 16  # elements (64 bytes) between allocations
 MIN_SEGMENT = 1 << 18  # elements (1 MiB)
@@ -121,8 +124,13 @@ class WriterClient:
         self._closed_reply = False
         self._ready = False
         if mode == "process":
-            self._start_process(trial_id, calculate_svd)
-        else:
+            try:
+                self._start_process(trial_id, calculate_svd)
+            except OSError as e:  # no usable interpreter (embedded python, ...)
+                log.warning("comgra_like: cannot start the writer process (%s); writing from "
+                            "a thread of this process instead", e)
+                self.mode = mode = "thread"
+        if mode == "thread":
             self._start_thread(trial_id, calculate_svd)
 
     # ----- transports -------------------------------------------------------------------
@@ -141,6 +149,8 @@ class WriterClient:
         # block of a recorded step would be a fresh mmap, paying a page fault per 4 KiB.
         env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 * 2**20))
         env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 * 2**20))
+        if not sys.executable:
+            raise OSError("sys.executable is empty")
         self._proc = subprocess.Popen(
             [sys.executable, "-c", code, str(self.trial_dir), trial_id,
              "1" if calculate_svd else "0"],

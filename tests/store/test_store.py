@@ -315,3 +315,17 @@ def test_thread_and_process_writers_write_the_same_rows(tmp_path, monkeypatch):
         tables[mode] = pq.read_table(f).drop_columns(["trial_id"])
     assert tables["process"].num_rows > 100
     assert tables["process"].equals(tables["thread"])
+
+
+def test_without_a_usable_interpreter_the_writer_runs_in_a_thread(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.delenv("COMGRA_LIKE_WRITER", raising=False)
+    monkeypatch.setattr(sys, "executable", "")
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
+    assert rec._writer.mode == "thread"
+    rec.track_module("net", net)
+    record_steps(rec, net, range(3))
+    rec.finalize()
+    assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == [0, 1, 2]
