@@ -204,9 +204,10 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
 class Worker:
     """Handles the messages of one trial's training process (used by both transports)."""
 
-    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool):
+    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool,
+                 background_writes: bool = True):
         self.trial_id = trial_id
-        self.shards = ShardBuffer(Path(trial_dir))
+        self.shards = ShardBuffer(Path(trial_dir), background=background_writes)
         self.svd_vectors: dict[int, np.ndarray] | None = {} if calculate_svd else None
         self.segments: dict[tuple[int, int], np.ndarray] = {}
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
@@ -246,11 +247,11 @@ class Worker:
         """Handle one message; ``reply(dict)`` answers. False: the worker should exit."""
         op = msg["op"]
         if op == "close":
-            self._guard(self.shards.write)
+            self._guard(self._write_and_wait)
             reply({"op": "closed", "error": self.failed})
             return False
         if op == "flush":
-            self._guard(self.shards.write)
+            self._guard(self._write_and_wait)
             reply({"op": "flushed", "id": msg["id"], "error": self.failed})
             return True
         if op == "batch":
@@ -281,6 +282,10 @@ class Worker:
             self._reported = True
             reply({"op": "error", "message": self.failed})
         return True
+
+    def _write_and_wait(self) -> None:
+        self.shards.write()
+        self.shards.wait()
 
     def tick(self) -> None:
         """Called when ``seconds_to_flush`` has passed without a message."""
@@ -354,7 +359,7 @@ def warm_up() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="comgra_like-warm-up-") as tmp:
-        worker = Worker(Path(tmp), "warm-up", calculate_svd=True)
+        worker = Worker(Path(tmp), "warm-up", calculate_svd=True, background_writes=False)
         buffer = bytearray(4 * 64)
         worker.add_segment(0, 0, buffer, 64)
         layout = [["x", "x", "x", "input", 0, _FORWARD, [2, 3], 0, True, True, -1],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -38,9 +40,10 @@ def unify(kind: str, tables: list[pa.Table]) -> pa.Table:
 class ShardBuffer:
     """Buffers the tables of one trial by kind and writes them as shards.
 
-    Synchronous: the writer process (``worker.py``) owns one and calls ``add`` for every
-    recorded batch and ``write`` when ``must_flush`` says so or when ``seconds_to_flush``
-    has passed. One shard per kind is written when enough rows are buffered or when the
+    The writer process (``worker.py``) owns one and calls ``add`` for every recorded
+    batch and ``write`` when ``must_flush`` says so or when ``seconds_to_flush`` has
+    passed; with ``background=True`` the shards are written by a thread (one write at a
+    time, in order) and ``wait`` waits for them. One shard per kind is written when enough rows are buffered or when the
     oldest buffered row is older than ``flush_seconds`` (so that a GUI watching the
     folder sees new data soon).
     """
@@ -52,6 +55,7 @@ class ShardBuffer:
         flush_rows: int = 64 * 1024,
         flush_bytes: int = 32 * 2**20,
         flush_seconds: float = 1.0,
+        background: bool = False,
     ):
         self.trial_dir = Path(trial_dir)
         self.flush_rows = flush_rows
@@ -64,6 +68,14 @@ class ShardBuffer:
         self._next_seq = {k: self._first_free_seq(k) for k in TABLES}
         self._unsorted: set[str] = set()
         self.shards_written = 0
+        self._error: Exception | None = None
+        self._jobs: queue.Queue | None = None
+        if background:
+            # Parquet encoding and compression release the GIL: in a thread they run on
+            # another core while the next steps' statistics are computed.
+            self._jobs = queue.Queue(maxsize=1)
+            threading.Thread(target=self._background, name="comgra_like-shards",
+                             daemon=True).start()
 
     def _first_free_seq(self, kind: str) -> int:
         folder = self.trial_dir / kind
@@ -105,32 +117,67 @@ class ShardBuffer:
         )
 
     def write(self) -> None:
-        """Write every buffered kind as one shard each."""
+        """Write every buffered kind as one shard each (in the background if so made)."""
+        self._raise_background_error()
+        job = self._take()
+        if job is None:
+            return
+        if self._jobs is None:
+            self._write_job(job)
+        else:
+            self._jobs.put(job)  # waits while the previous write is still queued
+
+    def wait(self) -> None:
+        """Return once every shard handed to the background writer is on disk."""
+        if self._jobs is not None:
+            self._jobs.join()
+        self._raise_background_error()
+
+    def _take(self) -> list[tuple[str, list[pa.Table], bool, int]] | None:
+        job = []
         # Steps last: a reader that sees a step row finds its tensors already on disk.
         for kind in ("tensors", "kpis", "steps"):
             tables = self._buffers[kind]
             if not tables:
                 continue
-            table = unify(kind, tables)
-            if kind in self._unsorted:
-                table = sort_table(kind, table)
-            table = table.cast(SCHEMAS[kind])
-            seq = self._next_seq[kind]
-            atomic_write_parquet(
-                self.trial_dir / kind / part_name(seq),
-                table,
-                row_group_size=TENSOR_ROW_GROUP if kind == "tensors" else None,
-            )
-            self._next_seq[kind] = seq + 1
-            self.shards_written += 1
+            job.append((kind, tables, kind in self._unsorted, self._next_seq[kind]))
+            self._next_seq[kind] += 1
             self._buffers[kind] = []
             self._buffered_rows[kind] = 0
         self._buffered_bytes = 0
         self._oldest = None
         self._unsorted.clear()
+        return job or None
+
+    def _write_job(self, job) -> None:
+        for kind, tables, unsorted, seq in job:
+            table = unify(kind, tables)
+            if unsorted:
+                table = sort_table(kind, table)
+            atomic_write_parquet(
+                self.trial_dir / kind / part_name(seq),
+                table.cast(SCHEMAS[kind]),
+                row_group_size=TENSOR_ROW_GROUP if kind == "tensors" else None,
+            )
+            self.shards_written += 1
         # Arrow's allocator keeps freed memory for reuse; a recorder that writes every
         # second would otherwise hold on to the high-water mark of every flush.
         pa.default_memory_pool().release_unused()
+
+    def _background(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if self._error is None:
+                    self._write_job(job)
+            except Exception as e:  # noqa: BLE001 - raised by the next write() or wait()
+                self._error = e
+            finally:
+                self._jobs.task_done()
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 def append_jsonl(path: Path, obj: dict) -> None:
