@@ -28,7 +28,8 @@ step, finalize time, bytes on disk per recorded step, and comgra/comgra_like rat
 
 comgra 0.11.5 must live in a separate venv (it ships top-level ``scripts``/``assets``
 packages); it is found via ``--comgra-python``, ``$COMGRA_PYTHON`` or
-``/tmp/comgra-venv/bin/python``.
+``.venv-comgra/bin/python`` in the repository (ignored by git), made with
+``python3 -m venv .venv-comgra && .venv-comgra/bin/pip install torch==2.13.0 comgra==0.11.5``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from pathlib import Path
 SCRIPT_PATH = Path(__file__).resolve()
 REPO_ROOT = SCRIPT_PATH.parent.parent
 RESULT_MARKER = "BENCHMARK_WORKER_RESULT "
-DEFAULT_COMGRA_PYTHON = "/tmp/comgra-venv/bin/python"
+DEFAULT_COMGRA_PYTHON = str(REPO_ROOT / ".venv-comgra" / "bin" / "python")
 
 # --------------------------------------------------------------------------------------
 # The workload (used identically by every worker, whatever the interpreter)
