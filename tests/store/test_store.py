@@ -329,3 +329,40 @@ def test_without_a_usable_interpreter_the_writer_runs_in_a_thread(tmp_path, monk
     record_steps(rec, net, range(3))
     rec.finalize()
     assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("budget_slots", [None, 3])
+def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, budget_slots):
+    """Back-pressure: while the writer is stopped, recorded steps take new slots up to the
+    cap (8, or fewer when a memory budget says so), then the next one waits; once the
+    writer runs again every step arrives."""
+    import os
+    import signal
+    import threading
+    import time
+
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
+    rec.track_module("net", net)
+    record_steps(rec, net, [0])
+    rec._writer.flush(timeout=60)
+    writer = rec._writer
+    expected = writer._max_slots
+    if budget_slots is not None:
+        writer._slot_budget = budget_slots * 4 * max(slot.needed for slot in writer._slots)
+        expected = budget_slots
+    os.kill(writer._proc.pid, signal.SIGSTOP)
+    try:
+        done = []
+        t = threading.Thread(target=lambda: (record_steps(rec, net, range(1, 13)),
+                                             done.append(True)))
+        t.start()
+        time.sleep(2.0)
+        assert not done and t.is_alive()  # waiting for a slot
+        assert len(writer._slots) == expected
+    finally:
+        os.kill(writer._proc.pid, signal.SIGCONT)
+    t.join(timeout=60)
+    assert done
+    rec.finalize()
+    assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == list(range(13))
