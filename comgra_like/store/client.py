@@ -198,9 +198,11 @@ class WriterClient:
         if self._closing:
             raise StorageError(f"the writer of {self.trial_dir} is closed already")
         data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
         try:
-            self._proc.stdin.write(data)
-        except (BrokenPipeError, OSError):
+            while view:  # an unbuffered pipe write may be partial (e.g. after a signal)
+                view = view[self._proc.stdin.write(view):]
+        except OSError:  # BrokenPipeError among them: the writer is gone
             self._fail_dead()
 
     def _fail_dead(self) -> None:

@@ -366,3 +366,29 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
     assert done
     rec.finalize()
     assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == list(range(13))
+
+
+def test_a_step_with_thousands_of_tensors(tmp_path):
+    """One message per step larger than a pipe's buffer, thousands of captures per slot."""
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(10)),
+                         max_num_batch_size_to_record=1)
+    rec.track_module("net", net)
+    n = 1500
+    for step in range(3):
+        rec.start_batch(step, 2)
+        rec.start_iteration()
+        x = torch.randn(2, 3)
+        rec.register_tensor("x", x, is_input=True)
+        for i in range(n):
+            rec.register_tensor(f"t{i:04d}", x * (i + 1))
+        rec.finish_iteration()
+        rec.finish_batch()
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    table = g.list_tensors("t", 2)
+    assert set(table.query("recording_type == 'forward' and kind == 'calculated'")["node"]) == {
+        f"t{i:04d}" for i in range(n)}
+    r = g.read_tensor("t", 2, 0, "t1499", "t1499", "forward", "sample", 0)
+    x0 = g.read_tensor("t", 2, 0, "x", "x", "forward", "sample", 0).values
+    np.testing.assert_allclose(r.values, x0 * 1500, rtol=1e-6)
