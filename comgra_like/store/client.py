@@ -319,6 +319,8 @@ class WriterClient:
         index = len(slot.segments)
         if self._proc is None:
             seg = Segment(nelems, None)
+            slot.segments.append(seg)
+            slot.fill.append(0)
             self._send({"op": "segment", "slot": slot.index, "index": index, "nelems": nelems,
                         "buffer": seg.mm})
         else:
@@ -338,10 +340,12 @@ class WriterClient:
                     f"recorded step ({last}); free space in {self._shm_dir} or the temp folder, "
                     "or record fewer tensors"
                 )
+            # Known to the slot before the writer hears of it: if the writer is gone,
+            # _fail_dead() unlinks it with the others.
+            slot.segments.append(seg)
+            slot.fill.append(0)
             self._send({"op": "segment", "slot": slot.index, "index": index, "nelems": nelems,
                         "path": seg.path})
-        slot.segments.append(seg)
-        slot.fill.append(0)
 
     def _replace_segments(self, slot: Slot, nelems: int) -> None:
         slot.plans.clear()
