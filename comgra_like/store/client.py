@@ -362,6 +362,11 @@ class WriterClient:
         lid = self._layout_ids.get(layout)
         if lid is not None:
             return lid, False
+        if len(self._layout_ids) >= 256:
+            # Layouts that change every step (shapes that vary): start over. Ids are
+            # reused, and a reused id always travels with its layout, which the writer
+            # stores over the old one, so both sides stay bounded and in agreement.
+            self._layout_ids.clear()
         lid = self._layout_ids[layout] = len(self._layout_ids)
         return lid, True
 

@@ -95,7 +95,12 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     ``svd_vectors`` carries the warm starts of the power iterations from step to step
     (None: no singular values). ``release`` is called once ``arrays`` are no longer needed.
     """
-    forward_param = {s.param_index: a for s, a in zip(specs, arrays)
+    if not specs:
+        if release is not None:
+            release()
+        return None
+    # parameter index -> (spec, values) of the parameter before the optimizer step
+    forward_param = {s.param_index: (s, a) for s, a in zip(specs, arrays)
                      if s.recording_type == _FORWARD and s.param_index >= 0}
     # The updates (after - before) go into one buffer, back to back, so that those of
     # one size form one block below.
@@ -106,7 +111,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         pos = 0
         for i in updates:
             n = specs[i].numel
-            values[i] = np.subtract(arrays[i], forward_param[specs[i].param_index],
+            values[i] = np.subtract(arrays[i], forward_param[specs[i].param_index][1],
                                     out=buffer[pos:pos + n])
             pos += n
     k = len(samples)
@@ -174,16 +179,13 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
             flat_vals = np.concatenate(value_vecs)
     svd = {}
     if svd_vectors is not None:
-        for p, w in forward_param.items():
-            spec = next(s for s in specs if s.param_index == p and s.recording_type == _FORWARD)
+        for p, (spec, w) in forward_param.items():
             if len(spec.shape) == 2:
                 svd[p], svd_vectors[p] = top_singular_value(w.reshape(spec.shape),
                                                             svd_vectors.get(p))
     del values, forward_param
     if release is not None:
         release()
-    if not specs:
-        return None
     # Update ratio: norm of the update over the norm of the weight before it.
     forward_norm = {m.param_index: flat_stats[m.segment, _NORM_COLUMN] for m in flat_meta
                     if m.recording_type == _FORWARD and m.param_index >= 0}
@@ -213,6 +215,7 @@ class Worker:
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
         self.failed: str | None = None
+        self._reported = False  # the failure was sent to the training process
 
     # ----- segments -----------------------------------------------------------------
 
@@ -278,7 +281,7 @@ class Worker:
             self.shards.flush_seconds = float(msg["flush_seconds"])
         if self.failed is None and self.shards.must_flush():
             self._guard(self.shards.write)
-        if self.failed is not None and not getattr(self, "_reported", False):
+        if self.failed is not None and not self._reported:
             self._reported = True
             reply({"op": "error", "message": self.failed})
         return True

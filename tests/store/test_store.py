@@ -21,6 +21,14 @@ def test_live_shards_skip_what_a_compaction_covers():
                         "compact-00000000-00000003.parquet"]) == ["compact-00000000-00000003.parquet"]
 
 
+def new_recorder(root, steps=range(100)):
+    """A recorder of ``steps`` tracking a Linear(3, 2), which it returns too."""
+    net = torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(root, "g", "t", DecisionMakerForRecordingsHardcoded(steps))
+    rec.track_module("net", net)
+    return rec, net
+
+
 def record_steps(recorder, net, steps):
     for step in steps:
         x = torch.randn(4, 3)
@@ -34,9 +42,7 @@ def record_steps(recorder, net, steps):
 
 
 def test_incremental_refresh_sees_new_shards_and_compaction(tmp_path):
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     rec._writer.flush_seconds = 0.0
     record_steps(rec, net, range(3))
     rec._writer.flush()
@@ -64,9 +70,7 @@ def test_incremental_refresh_sees_new_shards_and_compaction(tmp_path):
 
 
 def test_damaged_shard_is_reported_and_skipped(tmp_path):
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(2))
     rec._writer.close()
     steps_dir = tmp_path / "g/trials/t/steps"
@@ -108,9 +112,7 @@ def test_a_failing_disk_is_reported_as_storage_error(tmp_path, monkeypatch, mode
 def test_a_killed_writer_process_is_reported_not_waited_for(tmp_path):
     import os
 
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(2))
     rec._writer._proc.kill()
     rec._writer._proc.wait()
@@ -163,9 +165,7 @@ def test_steps_sent_before_the_training_process_ends_are_written_without_finaliz
 def test_shared_memory_is_not_left_behind(tmp_path):
     import os
 
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(4))
     rec._writer.flush(timeout=60)
     mine = f"comgra_like-{os.getpid()}-{id(rec._writer)}-"
@@ -177,9 +177,7 @@ def test_shared_memory_is_not_left_behind(tmp_path):
 
 
 def test_compaction_merges_sorted_and_is_idempotent(tmp_path):
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     rec._writer.flush_seconds = 0.0
     for s in range(4):
         record_steps(rec, net, [s])
@@ -201,9 +199,7 @@ def test_crash_between_compaction_write_and_delete_reads_the_same(tmp_path):
     """A compact file next to the sources it merged (killed before deleting them)."""
     import shutil
 
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     rec._writer.flush_seconds = 0.0
     for s in range(3):
         record_steps(rec, net, [s])
@@ -222,9 +218,7 @@ def test_crash_between_compaction_write_and_delete_reads_the_same(tmp_path):
 
 
 def test_compaction_skips_a_damaged_shard_without_hiding_it(tmp_path):
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     rec._writer.flush_seconds = 0.0
     for s in range(5):
         record_steps(rec, net, [s])
@@ -341,9 +335,7 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
     import threading
     import time
 
-    net = torch.nn.Linear(3, 2)
-    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    rec.track_module("net", net)
+    rec, net = new_recorder(tmp_path)
     record_steps(rec, net, [0])
     rec._writer.flush(timeout=60)
     writer = rec._writer
@@ -392,3 +384,26 @@ def test_a_step_with_thousands_of_tensors(tmp_path):
     r = g.read_tensor("t", 2, 0, "t1499", "t1499", "forward", "sample", 0)
     x0 = g.read_tensor("t", 2, 0, "x", "x", "forward", "sample", 0).values
     np.testing.assert_allclose(r.values, x0 * 1500, rtol=1e-6)
+
+
+def test_layouts_that_change_every_step_stay_bounded_and_correct(tmp_path):
+    """Each batch size is a new capture layout: past 256 the ids are reused, each time
+    together with its layout, and every step still reads back its own values."""
+    rec, net = new_recorder(tmp_path, range(300))
+    rec._writer.flush_seconds = 3600
+    inputs = {}
+    for step in range(300):
+        batch = 1 + step % 299
+        x = inputs[step] = torch.randn(batch, 3)
+        rec.start_batch(step, batch)
+        rec.start_iteration()
+        rec.register_tensor("x", x, is_input=True)
+        rec.register_tensor("out", net(x))
+        rec.finish_iteration()
+        rec.finish_batch()
+    assert len(rec._writer._layout_ids) <= 256
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    for step in (0, 255, 256, 257, 298, 299):
+        got = g.read_tensor("t", step, 0, "x", "x", "forward", "batch_mean").values
+        np.testing.assert_allclose(got, inputs[step].detach().mean(0).numpy(), rtol=1e-5, atol=1e-6)
