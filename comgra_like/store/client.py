@@ -24,6 +24,7 @@ import logging
 import mmap
 import os
 import queue
+import secrets
 import select
 import subprocess
 import sys
@@ -118,6 +119,10 @@ class WriterClient:
         self._layout_ids: dict[tuple, int] = {}
         self._segment_seq = 0
         self._shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        self._segment_dirs = list(dict.fromkeys((self._shm_dir, tempfile.gettempdir())))
+        # Unique to this writer (not id(self), which a later writer may reuse): its
+        # writer process deletes whatever still carries the prefix when it exits.
+        self._segment_prefix = f"comgra_like-{os.getpid()}-{secrets.token_hex(6)}-"
         self._flush_seconds = 1.0
         self._closing = False
         self._eof = False
@@ -153,7 +158,7 @@ class WriterClient:
             raise OSError("sys.executable is empty")
         self._proc = subprocess.Popen(
             [sys.executable, "-c", code, str(self.trial_dir), trial_id,
-             "1" if calculate_svd else "0"],
+             "1" if calculate_svd else "0", self._segment_prefix, *self._segment_dirs],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, bufsize=0, env=env,
         )
         self._in_fd = self._proc.stdout.fileno()
@@ -325,10 +330,9 @@ class WriterClient:
                         "buffer": seg.mm})
         else:
             seg = None
-            for folder in dict.fromkeys((self._shm_dir, tempfile.gettempdir())):
+            for folder in self._segment_dirs:
                 self._segment_seq += 1
-                path = os.path.join(folder, f"comgra_like-{os.getpid()}-{id(self)}-"
-                                            f"{self._segment_seq}")
+                path = os.path.join(folder, f"{self._segment_prefix}{self._segment_seq}")
                 try:
                     seg = Segment(nelems, path)
                     break

@@ -21,6 +21,9 @@ Protocol (one JSON object per line; replies on the original stdout):
 * ``close``: write everything, reply ``closed``, exit. End of input does the same, so a
   training process that dies still leaves its buffered steps on disk.
 
+On exit it deletes every shared-memory file that carries its training process's segment
+prefix (one created but never announced when that process was killed in between).
+
 After a failure the process replies ``error`` {message} once and then only answers
 ``free``/``flushed``/``closed`` so that the training process never hangs on it.
 """
@@ -382,9 +385,11 @@ def warm_up() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the writer process: ``worker.py TRIAL_DIR TRIAL_ID SVD(0|1)``."""
+    """Entry point of the writer process:
+    ``worker.py TRIAL_DIR TRIAL_ID SVD(0|1) SEGMENT_PREFIX SEGMENT_DIR...``."""
     argv = sys.argv[1:] if argv is None else argv
     trial_dir, trial_id, svd = argv[0], argv[1], argv[2] == "1"
+    segment_prefix, segment_dirs = argv[3], argv[4:]
     # Ctrl-C in the terminal reaches the whole process group: the training process
     # decides what happens; this one writes what it got once its input ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -418,6 +423,19 @@ def main(argv: list[str] | None = None) -> int:
             if not worker.handle(json.loads(line), reply):
                 running = False
                 break
+    # A training process killed between creating a segment and announcing it leaves the
+    # file behind; nothing uses the prefix any more.
+    for folder in segment_dirs:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(segment_prefix):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
     return 0
 
 

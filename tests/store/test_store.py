@@ -119,7 +119,7 @@ def test_a_killed_writer_process_is_reported_not_waited_for(tmp_path):
     with pytest.raises(StorageError, match="writer process exited"):
         record_steps(rec, net, range(2, 10))
         rec._writer.flush(timeout=60)
-    mine = f"comgra_like-{os.getpid()}-{id(rec._writer)}-"
+    mine = rec._writer._segment_prefix
     assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
 
 
@@ -168,10 +168,14 @@ def test_shared_memory_is_not_left_behind(tmp_path):
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(4))
     rec._writer.flush(timeout=60)
-    mine = f"comgra_like-{os.getpid()}-{id(rec._writer)}-"
+    mine = rec._writer._segment_prefix
     assert rec._writer._slots[0].segments  # shared memory was used
     # The writer unlinks each segment as soon as it has mapped it.
     assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+    # A segment created but never announced (the training process killed in between):
+    # the writer process removes it when it exits.
+    orphan = os.path.join(rec._writer._shm_dir, mine + "999")
+    open(orphan, "wb").close()
     rec.finalize()
     assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
 
