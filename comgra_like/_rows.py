@@ -75,6 +75,9 @@ class _RowLayout:
     capture_of_row: np.ndarray  # per sorted row
 
 
+_LAYOUTS: dict[object, _RowLayout] = {}
+
+
 @functools.lru_cache(maxsize=32)
 def _row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta, ...],
                 sample_indices: tuple[int, ...], n_batch_values: int) -> _RowLayout:
@@ -183,10 +186,21 @@ def build_tensor_table(
     flat_values: np.ndarray,  # [N']
     svd_top: dict[int, float],
     update_ratio: dict[int, float],
+    layout_key: object = None,
 ) -> pa.Table:
-    """One row per capture x aggregation, in the shard's sort order."""
-    layout = _row_layout(tuple(batch_meta), tuple(flat_meta), tuple(sample_indices),
-                         batch_agg_values.shape[1])
+    """One row per capture x aggregation, in the shard's sort order.
+
+    ``layout_key``: a hashable that stands for the metas and samples (the writer's
+    cache key); looking it up is much cheaper than hashing the metas.
+    """
+    layout = _LAYOUTS.get(layout_key) if layout_key is not None else None
+    if layout is None:
+        layout = _row_layout(tuple(batch_meta), tuple(flat_meta), tuple(sample_indices),
+                             batch_agg_values.shape[1])
+        if layout_key is not None:
+            if len(_LAYOUTS) >= 64:
+                _LAYOUTS.clear()
+            _LAYOUTS[layout_key] = layout
     n = layout.n
     blocks = []
     sources = []

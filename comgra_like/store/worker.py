@@ -88,15 +88,51 @@ class CaptureSpec:
                    None if x[7] is None else int(x[7]), bool(x[8]), bool(x[9]), int(x[10]))
 
 
+_META_CACHE: dict[tuple, tuple[list[CaptureMeta], list[CaptureMeta]]] = {}
+
+
+def _describe_captures(specs, batch_i, flat_i, batch_groups, flat_groups, value_shapes):
+    """The CaptureMeta of every capture, in the order the statistics come out."""
+    batch_meta: list[CaptureMeta] = []
+    seg, value_offset = 0, 0
+    for group in batch_groups:
+        g, n = group.block.shape[0], group.block.shape[2]
+        for j, m in enumerate(group.members):
+            s = specs[batch_i[m]]
+            batch_meta.append(CaptureMeta(
+                s.tensor_name, s.node, s.role, s.kind, s.iteration, s.recording_type,
+                value_shapes[m], s.per_sample, s.with_values, seg, value_offset + j * n, n,
+                s.param_index))
+            seg += 1
+        value_offset += g * n
+    flat_meta: list[CaptureMeta] = []
+    seg, value_offset = 0, 0
+    for group in flat_groups:
+        for m in group.members:
+            s = specs[flat_i[m]]
+            off = -1
+            if s.with_values:
+                off = value_offset
+                value_offset += s.numel
+            flat_meta.append(CaptureMeta(
+                s.tensor_name, s.node, s.role, s.kind, s.iteration, s.recording_type,
+                s.shape, False, s.with_values, seg, off, s.numel, s.param_index, "flat"))
+            seg += 1
+    return batch_meta, flat_meta
+
+
 def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                          specs: list[CaptureSpec], arrays: list[np.ndarray],
-                         svd_vectors: dict[int, np.ndarray] | None, release=None) -> pa.Table | None:
+                         svd_vectors: dict[int, np.ndarray] | None, release=None,
+                         layout_key: object = None) -> pa.Table | None:
     """Statistics, values and rows of one recorded step.
 
     ``arrays[i]`` holds the values of ``specs[i]`` (flat float32; for an ``update``
     capture the parameter *after* the optimizer step, the update is computed here).
     ``svd_vectors`` carries the warm starts of the power iterations from step to step
     (None: no singular values). ``release`` is called once ``arrays`` are no longer needed.
+    ``layout_key``: a hashable that stands for ``specs`` (the same object for the same
+    specs); with it, what depends only on the layout is computed once and cached.
     """
     if not specs:
         if release is not None:
@@ -120,38 +156,45 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     k = len(samples)
     batch_i = [i for i, s in enumerate(specs) if s.batch_dim is not None]
     flat_i = [i for i, s in enumerate(specs) if s.batch_dim is None]
-    batch_meta: list[CaptureMeta] = []
-    flat_meta: list[CaptureMeta] = []
     agg_stats = np.zeros((3, 0, NUM_STATS), np.float32)
     sample_stats = np.zeros((k, 0, NUM_STATS), np.float32)
     agg_vals, sample_vals = np.zeros((3, 0), np.float32), np.zeros((k, 0), np.float32)
-    if batch_i:
-        mats: list[np.ndarray] = []
-        value_shapes = []
-        for i in batch_i:
-            s = specs[i]
-            a = values[i].reshape(s.shape)
-            if s.batch_dim:
-                a = np.moveaxis(a, s.batch_dim, 0)
-            value_shapes.append(a.shape[1:])
-            mats.append(a.reshape(a.shape[0], -1))
+    mats: list[np.ndarray] = []
+    value_shapes = []
+    for i in batch_i:
+        s = specs[i]
+        a = values[i].reshape(s.shape)
+        if s.batch_dim:
+            a = np.moveaxis(a, s.batch_dim, 0)
+        value_shapes.append(a.shape[1:])
+        mats.append(a.reshape(a.shape[0], -1))
+    vecs = [values[i].reshape(1, -1) for i in flat_i]
+    batch_groups = group_by_size(mats) if mats else []
+    flat_groups = group_by_size(vecs) if vecs else []
+    # The captures' descriptions depend on the layout, the grouping and the samples only:
+    # steps of a training loop repeat them, so they are made once (the rows' layout too).
+    key = None
+    if layout_key is not None:
+        key = (layout_key, tuple(tuple(g.members) for g in batch_groups),
+               tuple(tuple(g.members) for g in flat_groups), tuple(samples))
+    metas = _META_CACHE.get(key) if key is not None else None
+    if metas is None:
+        metas = _describe_captures(specs, batch_i, flat_i, batch_groups, flat_groups,
+                                   value_shapes)
+        if key is not None:
+            if len(_META_CACHE) >= 64:
+                _META_CACHE.clear()
+            _META_CACHE[key] = metas
+    batch_meta, flat_meta = metas
+    if batch_groups:
         idx = np.asarray(samples, np.int64)
         parts_ps, parts_av, parts_sv = [], [], []
-        seg, value_offset = 0, 0
-        for group in group_by_size(mats):
+        for group in batch_groups:
             block = group.block  # [g, B, n]
             g, n = block.shape[0], block.shape[2]
             parts_ps.append(block_statistics(block).transpose(1, 0, 2))  # [B, g, NUM_STATS]
             parts_av.append(batch_aggregates(block, axis=1).reshape(3, g * n))
             parts_sv.append(block[:, idx].transpose(1, 0, 2).reshape(k, g * n))
-            for j, m in enumerate(group.members):
-                s = specs[batch_i[m]]
-                batch_meta.append(CaptureMeta(
-                    s.tensor_name, s.node, s.role, s.kind, s.iteration, s.recording_type,
-                    value_shapes[m], s.per_sample, s.with_values, seg, value_offset + j * n, n,
-                    s.param_index))
-                seg += 1
-            value_offset += g * n
         del mats
         per_sample = np.concatenate(parts_ps, axis=1)  # [B, S, NUM_STATS]
         agg_stats = batch_aggregates(per_sample)
@@ -160,23 +203,13 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         sample_vals = np.concatenate(parts_sv, axis=1)
     flat_stats = np.zeros((0, NUM_STATS), np.float32)
     flat_vals = np.zeros(0, np.float32)
-    if flat_i:
-        vecs = [values[i].reshape(1, -1) for i in flat_i]
+    if flat_groups:
         stats, value_vecs = [], []
-        seg, value_offset = 0, 0
-        for group in group_by_size(vecs):
+        for group in flat_groups:
             stats.append(block_statistics(group.block)[:, 0])  # [g, NUM_STATS]
             for m in group.members:
-                s = specs[flat_i[m]]
-                off = -1
-                if s.with_values:
+                if specs[flat_i[m]].with_values:
                     value_vecs.append(vecs[m][0].copy())
-                    off = value_offset
-                    value_offset += s.numel
-                flat_meta.append(CaptureMeta(
-                    s.tensor_name, s.node, s.role, s.kind, s.iteration, s.recording_type,
-                    s.shape, False, s.with_values, seg, off, s.numel, s.param_index, "flat"))
-                seg += 1
         flat_stats = np.concatenate(stats, axis=0)
         if value_vecs:
             flat_vals = np.concatenate(value_vecs)
@@ -203,6 +236,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
         batch_agg_values=agg_vals, batch_sample_values=sample_vals, flat_meta=flat_meta,
         flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
+        layout_key=key,
     )
 
 
@@ -217,6 +251,7 @@ class Worker:
         self.segments: dict[tuple[int, int], np.ndarray] = {}
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
+        self.layout_keys: dict[int, object] = {}
         self.failed: str | None = None
         self._reported = False  # the failure was sent to the training process
 
@@ -313,6 +348,7 @@ class Worker:
     def _batch(self, msg: dict, release) -> None:
         if "layout" in msg:
             self.layouts[msg["layout_id"]] = [CaptureSpec.from_list(x) for x in msg["layout"]]
+            self.layout_keys[msg["layout_id"]] = object()  # stands for this layout in caches
         specs = self.layouts[msg["layout_id"]]
         refs = msg["refs"]
         slot = msg["slot"]
@@ -322,7 +358,8 @@ class Worker:
             arrays.append(self.segments[(slot, seg)][off:off + s.numel])
         samples = msg["samples"]
         tensors = compute_tensor_table(self.trial_id, msg["step"], msg["toe"], samples, specs,
-                                       arrays, self.svd_vectors, release)
+                                       arrays, self.svd_vectors, release,
+                                       layout_key=self.layout_keys[msg["layout_id"]])
         del arrays
         graphs = msg["graphs"]
         n = len(graphs)
