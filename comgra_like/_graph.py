@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 
 from .errors import GraphError
 
@@ -18,21 +18,23 @@ from .errors import GraphError
 class DependencyWalker:
     """Finds, for an autograd node, the registered tensors it directly depends on.
 
-    ``owner_of(fn, output_nr)`` returns the registration id owning an autograd node (the grad_fn
-    of a registered tensor, or the AccumulateGrad node of a registered leaf), or None.
-    ``connections_into(fn)`` returns ids connected into that node by hand
-    (``add_tensor_connection``), and ``pass_through(fn)`` says whether an unowned leaf
-    is allowed (a detached copy that is connected by hand).
+    It reads the recorder's lookups of the current batch (they grow while the batch
+    runs): ``owner_fn[(grad_fn, output_nr)]`` and ``owner_leaf[id(leaf)]`` give the
+    registration id owning an autograd node (the grad_fn of a registered tensor, or the
+    AccumulateGrad node of a registered leaf); ``conn_fn[grad_fn]`` and
+    ``conn_leaf[id(leaf)]`` give ids connected into a node by hand
+    (``add_tensor_connection``). ``describe_leaf(fn)`` explains an unregistered leaf
+    that requires a gradient (an error), or returns None for nodes that are fine.
+    This runs on every recorded step on the training thread, so the lookups are plain
+    dictionaries rather than callbacks.
     """
 
-    def __init__(
-        self,
-        owner_of: Callable[[object, int], Hashable | None],
-        connections_into: Callable[[object], Iterable[Hashable]],
-        describe_leaf: Callable[[object], str | None],
-    ):
-        self._owner_of = owner_of
-        self._connections_into = connections_into
+    def __init__(self, owner_fn: dict, owner_leaf: dict, conn_fn: dict, conn_leaf: dict,
+                 describe_leaf: Callable[[object], str | None]):
+        self._owner_fn = owner_fn
+        self._owner_leaf = owner_leaf
+        self._conn_fn = conn_fn
+        self._conn_leaf = conn_leaf
         self._describe_leaf = describe_leaf
         self._memo: dict[object, frozenset] = {}
 
@@ -40,12 +42,21 @@ class DependencyWalker:
         """Registered ids behind autograd node ``fn`` (not counting ``fn``'s own owner)."""
         if fn is None:
             return frozenset()
-        self._fill(fn)
-        return self._memo[fn]
+        memo = self._memo
+        if fn not in memo:
+            self._fill(fn)
+        return memo[fn]
+
+    def _connections_into(self, fn) -> set:
+        found = set(self._conn_fn.get(fn, ()))
+        variable = getattr(fn, "variable", None)
+        if variable is not None:
+            found |= self._conn_leaf.get(id(variable), set())
+        return found
 
     def _fill(self, start) -> None:
         memo = self._memo
-        owner_of = self._owner_of
+        owner_fn, owner_leaf = self._owner_fn, self._owner_leaf
         kids_of: dict[object, list] = {}  # children and their owners, looked up once
         stack = [start]
         while stack:
@@ -55,15 +66,24 @@ class DependencyWalker:
                 continue
             kids = kids_of.get(fn)
             if kids is None:
-                kids = kids_of[fn] = [(c, owner_of(c, nr))
-                                      for c, nr in getattr(fn, "next_functions", ())
-                                      if c is not None]
-                waiting = [c for c, own in kids if own is None and c not in memo]
+                kids = kids_of[fn] = []
+                waiting = False
+                for child, nr in getattr(fn, "next_functions", ()):
+                    if child is None:
+                        continue
+                    own = owner_fn.get((child, nr))
+                    if own is None:
+                        variable = getattr(child, "variable", None)
+                        if variable is not None:
+                            own = owner_leaf.get(id(variable))
+                        if own is None and child not in memo:
+                            stack.append(child)
+                            waiting = True
+                    kids.append((child, own))
                 if waiting:
-                    stack += waiting
                     continue
             stack.pop()
-            deps = set(self._connections_into(fn))
+            deps = self._connections_into(fn) if (self._conn_fn or self._conn_leaf) else set()
             for child, own in kids:
                 if own is not None:
                     deps.add(own)

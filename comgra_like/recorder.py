@@ -11,6 +11,8 @@ training goes on.
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import platform
 import shutil
@@ -81,6 +83,7 @@ class _CapturePlan:
     fill: list[int]  # the slot's fill after this call
     needed: int
     complex: bool
+    pid: int  # unique per plan, never reused (a key that keeps no memory alive)
 
 
 @dataclass(eq=False)
@@ -99,8 +102,7 @@ class _Batch:
     conn_reg: dict[int, set[int]] = field(default_factory=dict)
     keep_alive: list[torch.Tensor] = field(default_factory=list)
     slot: Slot | None = None  # shared memory the captures are copied into
-    layout: list[tuple] = field(default_factory=list)  # per capture: what the writer needs
-    refs: list[int] = field(default_factory=list)  # per capture: segment, offset
+    plans: list[_CapturePlan] = field(default_factory=list)  # the captures, in order
     gradient_groups: set[str] = field(default_factory=set)
     graphs: dict[int, str] = field(default_factory=dict)  # iteration -> graph hash
     pending_kpis: list[tuple] = field(default_factory=list)
@@ -183,6 +185,11 @@ class ComgraRecorder:
         self._module_tree: list[dict] = []
         self._params: list[_Parameter] = []
         self._known_types: set[str] = set()
+        self._valid_types: set[str] = set()  # types of execution that passed the check
+        self._param_template: tuple[list, _Batch] | None = None  # see _new_batch
+        self._msg_parts: dict[tuple, tuple[int, str]] = {}  # see _write_batch
+        self._plan_ids = itertools.count()
+        self._toe_json: dict[str, str] = {}
         self._all_types_known = False
         self._record_by_default = True
         self._batch_size = 0
@@ -239,6 +246,7 @@ class ComgraRecorder:
         if module_name in self._modules.values():
             raise RegistrationError(f"a module named {module_name!r} is tracked already")
         known = {id(p.tensor) for p in self._params}
+        self._param_template = None
         for sub_name, sub in module.named_modules():
             full = module_name if not sub_name else f"{module_name}.{sub_name}"
             self._modules.setdefault(id(sub), full)
@@ -310,8 +318,9 @@ class ComgraRecorder:
                 f"training_step must strictly increase: got {training_step} after "
                 f"{self.training_step}"
             )
-        if type_of_execution is not None:
+        if type_of_execution is not None and type_of_execution not in self._valid_types:
             self._check_type_of_execution(type_of_execution)
+            self._valid_types.add(type_of_execution)
         self.training_step = training_step
         self.type_of_execution = type_of_execution
         self.iteration = None
@@ -341,17 +350,38 @@ class ComgraRecorder:
             current_batch_size, self.max_num_batch_size_to_record)
         self._sample_indices = list(range(k))
         self._sample_categories = [""] * k
-        batch = self._batch = _Batch()
+        batch = self._batch = self._new_batch()
         batch.walker = self._make_walker(batch)
         batch.slot = self._writer.acquire()
-        for i, p in enumerate(self._params):
-            self._add_registration(
-                tensor_name=p.full_name, tensor=p.tensor, node=p.node, role=p.role,
-                kind="parameter", iteration=-1, batch_dim=None, per_sample=False,
-                with_values=False, param_index=i,
-            )
         # The optimizer updates in place: the values before this step are kept now.
         self._capture(batch.regs, [p.tensor for p in self._params], _FORWARD)
+
+    def _new_batch(self) -> _Batch:
+        """A batch that holds the parameters' registrations (they come first, in order).
+
+        They are the same on every recorded step, so they are built once and copied; a
+        parameter whose shape or dtype changed (``.data`` replaced) builds them anew.
+        """
+        key = [(p.tensor.shape, p.tensor.dtype) for p in self._params]
+        template = self._param_template
+        if template is None or template[0] != key:
+            self._batch = model = _Batch()
+            for i, p in enumerate(self._params):
+                self._add_registration(
+                    tensor_name=p.full_name, tensor=p.tensor, node=p.node, role=p.role,
+                    kind="parameter", iteration=-1, batch_dim=None, per_sample=False,
+                    with_values=False, param_index=i,
+                )
+            template = self._param_template = (key, model)
+        model = template[1]
+        batch = _Batch(
+            regs=list(model.regs), by_name=dict(model.by_name),
+            by_node_role=dict(model.by_node_role), by_tensor=dict(model.by_tensor),
+            owner_leaf=dict(model.owner_leaf), owner_fn=dict(model.owner_fn),
+        )
+        if model.regs:
+            batch.by_iteration[-1] = list(model.regs)
+        return batch
 
     @staticmethod
     def _check_type_of_execution(type_of_execution) -> None:
@@ -781,19 +811,6 @@ class ComgraRecorder:
     # ----- graph extraction ---------------------------------------------------------------
 
     def _make_walker(self, batch: _Batch) -> DependencyWalker:
-        def owner_of(fn, nr=0):
-            variable = getattr(fn, "variable", None)
-            if variable is not None:
-                return batch.owner_leaf.get(id(variable))
-            return batch.owner_fn.get((fn, nr))
-
-        def connections_into(fn):
-            found = batch.conn_fn.get(fn, ())
-            variable = getattr(fn, "variable", None)
-            if variable is not None:
-                found = set(found) | batch.conn_leaf.get(id(variable), set())
-            return found
-
         def describe_leaf(fn):
             variable = getattr(fn, "variable", None)
             if variable is None:
@@ -806,7 +823,8 @@ class ComgraRecorder:
                 "right after creating it (or detach it)."
             )
 
-        return DependencyWalker(owner_of, connections_into, describe_leaf)
+        return DependencyWalker(batch.owner_fn, batch.owner_leaf, batch.conn_fn, batch.conn_leaf,
+                                describe_leaf)
 
     def _extract_graph(self, iteration: int) -> str:
         batch = self._batch
@@ -931,12 +949,18 @@ class ComgraRecorder:
         else:
             slot.fill[:] = plan.fill
             slot.needed = plan.needed
-        with torch.no_grad():
-            for i, view in zip(plan.order, plan.views):
-                t = tensors[i]
-                view.copy_(t.abs() if plan.complex else t)
-        batch.refs += plan.refs
-        batch.layout += plan.layout
+        sources = [tensors[i] for i in plan.order]
+        enabled = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)
+        try:
+            if plan.complex:
+                for view, t in zip(plan.views, sources):
+                    view.copy_(t.abs() if t.is_complex() else t)
+            else:
+                torch._foreach_copy_(plan.views, sources)  # one call instead of one per tensor
+        finally:
+            torch.set_grad_enabled(enabled)
+        batch.plans.append(plan)
 
     def _plan_capture(self, slot: Slot, regs, tensors, recording_types) -> _CapturePlan:
         order = sorted(range(len(regs)), key=lambda i: tensors[i].numel())
@@ -954,7 +978,7 @@ class ComgraRecorder:
                            recording_types[i], tuple(t.shape), reg.batch_dim, reg.per_sample,
                            reg.with_values, reg.param_index))
         return _CapturePlan(order, views, refs, layout, list(slot.fill), slot.needed,
-                            any(t.is_complex() for t in tensors))
+                            any(t.is_complex() for t in tensors), next(self._plan_ids))
 
     def _write_batch(self) -> None:
         """Copy the forward values and the updated parameters, and send the batch.
@@ -968,22 +992,34 @@ class ComgraRecorder:
         regs = [reg for reg in batch.regs if reg.alias_of is None]
         self._capture(regs, [reg.tensor for reg in regs],
                       [_UPDATE if reg.param_index >= 0 else _FORWARD for reg in regs])
-        layout_id, new = self._writer.layout_id(tuple(batch.layout))
-        msg = {
-            "layout_id": layout_id,
-            "refs": batch.refs,
-            "step": self.training_step,
-            "toe": self.type_of_execution,
-            "samples": self._sample_indices,
-            "categories": self._sample_categories,
-            "batch_size": self._batch_size,
-            "wall": time.time(),
-            "graphs": sorted(batch.graphs.items()),
-        }
-        if new:
-            msg["layout"] = batch.layout
+        # The same plans give the same layout and references: their JSON is made once.
+        plans = batch.plans
+        key = tuple([plan.pid for plan in plans])
+        cached = self._msg_parts.get(key)
+        if cached is None or cached[0] != self._writer.layout_generation:
+            layout = [x for plan in plans for x in plan.layout]
+            refs = [x for plan in plans for x in plan.refs]
+            layout_id, new = self._writer.layout_id(tuple(layout))
+            head = f'"layout_id":{layout_id},"refs":{json.dumps(refs, separators=(",", ":"))}'
+            if len(self._msg_parts) >= 256:
+                self._msg_parts.clear()
+            self._msg_parts[key] = (self._writer.layout_generation, head)
+            if new:  # the writer learns the layout with this message only
+                head += ',"layout":' + json.dumps(layout, separators=(",", ":"))
+        else:
+            head = cached[1]
+        toe = self._toe_json.get(self.type_of_execution)
+        if toe is None:
+            toe = self._toe_json[self.type_of_execution] = json.dumps(self.type_of_execution)
+        graphs = ",".join(f'[{i},"{h}"]' for i, h in sorted(batch.graphs.items()))
+        body = (
+            f'{head},"step":{self.training_step},"toe":{toe},'
+            f'"samples":{json.dumps(self._sample_indices)},'
+            f'"categories":{json.dumps(self._sample_categories)},'
+            f'"batch_size":{self._batch_size},"wall":{time.time()!r},"graphs":[{graphs}]'
+        )
         slot, batch.slot = batch.slot, None
-        self._writer.submit_batch(slot, msg)
+        self._writer.submit_batch(slot, body)
         if self._kpi_rows:
             self._submit_kpis()
 

@@ -117,6 +117,8 @@ class WriterClient:
         self._flush_id = 0
         self._flushed_id = 0
         self._layout_ids: dict[tuple, int] = {}
+        self.layout_generation = 0  # changes when layout ids are handed out anew
+        self._last_receive = 0.0
         self._segment_seq = 0
         self._shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         self._segment_dirs = list(dict.fromkeys((self._shm_dir, tempfile.gettempdir())))
@@ -200,10 +202,12 @@ class WriterClient:
         if self._proc is None:
             self._to_worker.put(msg)
             return
+        self._write(json.dumps(msg, separators=(",", ":")))
+
+    def _write(self, text: str) -> None:
         if self._closing:
             raise StorageError(f"the writer of {self.trial_dir} is closed already")
-        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview((text + "\n").encode())
         try:
             while view:  # an unbuffered pipe write may be partial (e.g. after a signal)
                 view = view[self._proc.stdin.write(view):]
@@ -370,17 +374,30 @@ class WriterClient:
             # Layouts that change every step (shapes that vary): start over. Ids are
             # reused, and a reused id always travels with its layout, which the writer
             # stores over the old one, so both sides stay bounded and in agreement.
+            # Callers that remember ids check ``layout_generation``.
             self._layout_ids.clear()
+            self.layout_generation += 1
         lid = self._layout_ids[layout] = len(self._layout_ids)
         return lid, True
 
-    def submit_batch(self, slot: Slot, msg: dict) -> None:
-        """Send a filled slot; the writer frees it once it has read it."""
+    def submit_batch(self, slot: Slot, body: str) -> None:
+        """Send a filled slot; the writer frees it once it has read it.
+
+        ``body`` is the JSON text of the batch message's fields without the braces and
+        without ``op`` and ``slot`` (the recorder keeps the parts that repeat encoded).
+        """
         self._raise_if_failed()
-        msg["op"] = "batch"
-        msg["slot"] = slot.index
-        self._send(msg)
-        if self._proc is not None:
+        text = f'{{"op":"batch","slot":{slot.index},{body}}}'
+        if self._proc is None:
+            self._to_worker.put(json.loads(text))
+            return
+        self._write(text)
+        # Replies (slots freed, errors) are read when a slot is needed, and at least every
+        # quarter second: reading them here on every step would cost a system call and
+        # a JSON parse on the training thread each time.
+        now = time.monotonic()
+        if now - self._last_receive > 0.25:
+            self._last_receive = now
             self._receive(timeout=0)
 
     def submit_kpis(self, rows: list) -> None:

@@ -411,3 +411,101 @@ def test_layouts_that_change_every_step_stay_bounded_and_correct(tmp_path):
     for step in (0, 255, 256, 257, 298, 299):
         got = g.read_tensor("t", step, 0, "x", "x", "forward", "batch_mean").values
         np.testing.assert_allclose(got, inputs[step].detach().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cached_parameter_registrations_follow_a_parameter_whose_shape_changes(tmp_path):
+    """The parameters' registrations are built once and reused; a parameter whose data is
+    replaced by one of another shape is recorded with its new shape and values (the bias
+    here broadcasts, so nothing else in the step changes shape)."""
+    rec, net = new_recorder(tmp_path, range(6))
+    record_steps(rec, net, [0, 1])
+    with torch.no_grad():
+        net.bias.data = torch.tensor([7.0])
+    record_steps(rec, net, [2, 3, 4, 5])
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    for step in (2, 3, 4, 5):
+        bias = g.read_tensor("t", step, -1, "net.bias", "net.bias", "forward", "none")
+        assert tuple(bias.shape) == (1,)
+        assert bias.stats["mean"] == 7.0 and bias.stats["max"] == 7.0
+        assert g.read_graph("t", step, 0).node("net.bias").shapes["net.bias"] == (1,)
+    assert g.read_graph("t", 1, 0).node("net.bias").shapes["net.bias"] == (2,)
+
+
+def test_a_module_tracked_after_unrecorded_steps_is_recorded(tmp_path):
+    net_a, net_b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 2)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded({5}))
+    rec.track_module("a", net_a)
+    for step in range(2):  # not recorded: track_module is still allowed afterwards
+        rec.start_batch(step, 4)
+        rec.finish_batch()
+    rec.track_module("b", net_b)
+    x = torch.randn(4, 3)
+    rec.start_batch(5, 4)
+    rec.start_iteration()
+    rec.register_tensor("x", x, is_input=True)
+    rec.register_tensor("out", net_b(net_a(x)))
+    rec.finish_iteration()
+    rec.finish_batch()
+    rec.finalize()
+    nodes = set(open_group(tmp_path / "g").list_tensors("t", 5)["node"])
+    assert {"a.weight", "a.bias", "b.weight", "b.bias", "x", "out"} <= nodes
+
+
+def test_the_writers_layout_caches_give_the_rows_of_an_uncached_computation():
+    """compute_tensor_table caches what depends only on the layout; the tables of two
+    steps with different numbers are those computed without any cache."""
+    from comgra_like.store.worker import CaptureSpec, compute_tensor_table
+
+    specs = [
+        CaptureSpec("a", "a", "a", "calculated", 0, "forward", (6, 4), 0, True, True, -1),
+        CaptureSpec("b", "b", "b", "calculated", 0, "forward", (6, 4), 0, False, True, -1),
+        CaptureSpec("c", "c", "c", "calculated", 0, "forward", (3, 6), 1, True, True, -1),
+        CaptureSpec("w", "w", "w", "parameter", -1, "forward", (4, 4), None, False, False, 0),
+        CaptureSpec("w", "w", "w", "parameter", -1, "update", (4, 4), None, False, False, 0),
+        CaptureSpec("l", "l", "l", "loss", 0, "forward", (), None, False, True, -1),
+    ]
+    key = object()
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        arrays = [rng.standard_normal(s.numel).astype(np.float32) for s in specs]
+        cached = compute_tensor_table("t", step, "main", [1, 4], specs, arrays, None,
+                                      layout_key=key)
+        plain = compute_tensor_table("t", step, "main", [1, 4], specs, arrays, None)
+        assert cached.equals(plain)
+        assert cached.num_rows == plain.num_rows > 0
+    # Another sample choice under the same layout: other rows, not the cached ones.
+    other = compute_tensor_table("t", 3, "main", [0, 2, 5], specs, arrays, None, layout_key=key)
+    plain = compute_tensor_table("t", 3, "main", [0, 2, 5], specs, arrays, None)
+    assert other.equals(plain) and other.num_rows > cached.num_rows
+
+
+def test_a_cached_message_is_not_sent_with_a_layout_id_given_to_another_layout(tmp_path):
+    """The recorder keeps each capture plan's message JSON; after the writer's layout ids
+    start over, a cached id may name another layout, so the message is made anew."""
+    rec, net = new_recorder(tmp_path, range(10))
+    inputs = {}
+
+    def step(s, batch):
+        x = inputs[s] = torch.randn(batch, 3)
+        rec.start_batch(s, batch)
+        rec.start_iteration()
+        rec.register_tensor("x", x, is_input=True)
+        rec.register_tensor("out", net(x))
+        rec.finish_iteration()
+        rec.finish_batch()
+
+    for s in range(4):  # each slot has its plans and cached messages for batch size 4
+        step(s, 4)
+        rec._writer.flush()
+    for i in range(255):  # with the next new layout the ids start over ...
+        rec._writer.layout_id(("not a real layout", i))
+    step(4, 7)  # ... and id 0 now names the layout of batch size 7
+    rec._writer.flush()
+    for s in (5, 6, 7):
+        step(s, 4)
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    for s in (4, 5, 6, 7):
+        got = g.read_tensor("t", s, 0, "x", "x", "forward", "batch_mean").values
+        np.testing.assert_allclose(got, inputs[s].detach().mean(0).numpy(), rtol=1e-5, atol=1e-6)
