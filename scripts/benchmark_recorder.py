@@ -22,6 +22,12 @@ How it measures (these machines are shared and noisy):
 * The orchestrator alternates workers (comgra_like, comgra, and a bare-vs-bare "A/A" run
   that shows the noise floor) over several repeats and prints medians.
 
+A lower bound runs the same way: ``_FloorRecorder`` does only the torch work that
+recording this information needs wherever statistics are computed (input made to require a
+gradient, gradients retained, parameters/gradients/tensors copied once each), with no
+statistics, writer or bookkeeping. How far comgra_like is above it shows what is left to
+gain; how far it is above the bare loop shows what no recorder of these tensors can avoid.
+
 Each recorder runs with ``DecisionMakerForRecordingsHardcoded`` recording (i) one step in
 10 and (ii) every step. Reported: bare ms/step, overhead ratios, extra ms per recorded
 step, finalize time, bytes on disk per recorded step, and comgra/comgra_like ratios.
@@ -127,6 +133,89 @@ def _train_step(torch, model, opt, gen, step, rec):
     return loss
 
 
+class _FloorRecorder:
+    """The least any recorder of this information must do on the training thread.
+
+    It records nothing: it only does the torch work that recording the same tensors
+    needs wherever the statistics are computed later. It makes registered leaves (the
+    input) require a gradient, which the dependency graph needs (comgra 0.11.5 does the
+    same) and which makes backward compute the input's gradient; it retains the
+    gradients of registered tensors; and on a recorded step it copies what a recorder
+    must copy before training goes on (parameters before and after the optimizer step,
+    all gradients, the registered tensors) into preallocated memory with one
+    ``_foreach_copy_`` per call. No statistics, no writer, no names, no graph, no error
+    checks. Its overhead is a lower bound for comgra_like's, measured the same way.
+    """
+
+    def __init__(self, torch, recorded_steps):
+        self.torch = torch
+        self.recorded = recorded_steps
+        self.params = []
+        self.on = False
+        self.regs = []
+        self.buf = torch.empty(0)
+        self.off = 0
+        self.plans = {}
+
+    def track_module(self, _name, module):
+        self.params = list(module.parameters())
+
+    def _copy(self, tensors):
+        # Destinations are planned once per call site and shapes, as comgra_like does.
+        torch = self.torch
+        key = (self.off, tuple(t.shape for t in tensors))
+        dst = self.plans.get(key)
+        if dst is None:
+            need = self.off + sum(t.numel() for t in tensors)
+            if need > self.buf.numel():  # only on the first recorded step
+                grown = torch.empty(2 * need)
+                grown[:self.off] = self.buf[:self.off]
+                self.buf = grown
+                self.plans.clear()
+            dst, off = [], self.off
+            for t in tensors:
+                dst.append(self.buf[off:off + t.numel()].view(t.shape))
+                off += t.numel()
+            self.plans[key] = dst
+        self.off += sum(d.numel() for d in dst)
+        with torch.no_grad():
+            torch._foreach_copy_(dst, tensors)
+
+    def start_batch(self, step, _batch_size, *_args, **_kwargs):
+        self.on = step in self.recorded
+        if self.on:
+            self.regs = []
+            self.off = 0
+            self._copy(self.params)
+
+    def start_iteration(self):
+        pass
+
+    def register_tensor(self, _name, tensor, *_args, **_kwargs):
+        if not self.on:
+            return
+        if not tensor.requires_grad:
+            tensor.requires_grad_(True)
+        if tensor.grad_fn is not None:
+            tensor.retain_grad()
+        self.regs.append(tensor)
+
+    def record_current_gradients(self, _name, *_args):
+        if self.on:
+            self._copy([t.grad for t in self.regs + self.params if t.grad is not None])
+
+    def finish_iteration(self):
+        pass
+
+    def finish_batch(self):
+        if self.on:
+            self._copy(self.regs + self.params)
+            self.regs = []
+
+    def finalize(self):
+        pass
+
+
 def _dir_stats(path: Path):
     total, files = 0, 0
     for root, _dirs, names in os.walk(path):
@@ -173,7 +262,7 @@ def run_worker(args) -> dict:
     elif impl == "comgra_like":
         from comgra_like.objects import DecisionMakerForRecordingsHardcoded as dm_cls
         from comgra_like.recorder import ComgraRecorder as recorder_cls
-    elif impl != "none":
+    elif impl not in ("none", "floor"):
         raise SystemExit(f"unknown --impl {impl!r}")
 
     import copy
@@ -212,6 +301,9 @@ def run_worker(args) -> dict:
         )
         rec.track_module("mlp", model_b)
         t_construct = time.perf_counter() - t0
+    elif impl == "floor":
+        rec = _FloorRecorder(torch, recorded_steps)
+        rec.track_module("mlp", model_b)
 
     profiler = None
     if args.cprofile:
@@ -584,7 +676,20 @@ def _print_table(summary, skipped):
             f"(min {aa['ratio_min']:.3f}, max {aa['ratio_max']:.3f}) over {aa['repeats']} runs; "
             f"chunk-pair median {aa['chunk_median_ratio']:.3f}; bare {aa['bare_ms']:.2f} ms/step"
         )
-    for impl in ("comgra_like", "comgra"):
+    floor = summary.get("floor", {})
+    if floor:
+        parts = []
+        for mode in MODES:
+            f, lk = floor.get(mode), like.get(mode)
+            if f:
+                part = (f"{mode} x{f['ratio']:.3f} (+{f['extra_ms_per_rec']:.2f} ms per recorded "
+                        "step")
+                if lk and lk.get("extra_ms_per_rec"):
+                    part += f"; comgra_like's extra is {lk['extra_ms_per_rec'] / f['extra_ms_per_rec']:.1f}x that"
+                parts.append(part + ")")
+        print("lower bound (a recorder doing only the unavoidable gradient work and copies, "
+              "_FloorRecorder): " + ", ".join(parts))
+    for impl in ("floor", "comgra_like", "comgra"):
         for mode in MODES:
             s = summary.get(impl, {}).get(mode)
             if s:
@@ -649,6 +754,12 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the recorded trials in --out")
     ap.add_argument("--no-aa", action="store_true", help="skip the bare-vs-bare noise run")
     ap.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the lower-bound run (a recorder doing only the unavoidable copies and "
+        "gradient work, see _FloorRecorder)",
+    )
+    ap.add_argument(
         "--width",
         type=int,
         default=WORKLOAD["width"],
@@ -658,7 +769,8 @@ def main(argv=None):
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
-        "--impl", choices=("none", "comgra", "comgra_like"), default="none", help=argparse.SUPPRESS
+        "--impl", choices=("none", "floor", "comgra", "comgra_like"), default="none",
+        help=argparse.SUPPRESS
     )
     ap.add_argument("--mode", choices=MODES + ("aa",), default="1in10", help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -704,6 +816,10 @@ def main(argv=None):
     configs = []  # (impl, mode, steps, python, repeats)
     if not args.no_aa:
         configs.append(("none", "aa", args.steps, main_python, args.repeats))
+    if not args.no_floor:
+        for mode in MODES:
+            configs.append(("floor", mode, args.steps if mode == "1in10" else args.every_steps,
+                            main_python, args.repeats))
     for impl in ("comgra_like", "comgra"):
         if impl not in pythons:
             continue
