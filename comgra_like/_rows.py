@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,11 +74,7 @@ class _RowLayout:
     capture_of_row: np.ndarray  # per sorted row
 
 
-_LAYOUTS: dict[object, _RowLayout] = {}
-
-
-@functools.lru_cache(maxsize=32)
-def _row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta, ...],
+def row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta, ...],
                 sample_indices: tuple[int, ...], n_batch_values: int) -> _RowLayout:
     k = len(sample_indices)
     metas = batch_meta + flat_meta
@@ -186,21 +181,16 @@ def build_tensor_table(
     flat_values: np.ndarray,  # [N']
     svd_top: dict[int, float],
     update_ratio: dict[int, float],
-    layout_key: object = None,
+    layout: _RowLayout | None = None,
 ) -> pa.Table:
     """One row per capture x aggregation, in the shard's sort order.
 
-    ``layout_key``: a hashable that stands for the metas and samples (the writer's
-    cache key); looking it up is much cheaper than hashing the metas.
+    ``layout``: ``row_layout()`` of these metas and samples, when the caller keeps it
+    (it depends on neither the statistics nor the values); made here otherwise.
     """
-    layout = _LAYOUTS.get(layout_key) if layout_key is not None else None
     if layout is None:
-        layout = _row_layout(tuple(batch_meta), tuple(flat_meta), tuple(sample_indices),
-                             batch_agg_values.shape[1])
-        if layout_key is not None:
-            if len(_LAYOUTS) >= 64:
-                _LAYOUTS.clear()
-            _LAYOUTS[layout_key] = layout
+        layout = row_layout(tuple(batch_meta), tuple(flat_meta), tuple(sample_indices),
+                            batch_agg_values.shape[1])
     n = layout.n
     blocks = []
     sources = []

@@ -189,7 +189,6 @@ class ComgraRecorder:
         self._param_template: tuple[list, _Batch] | None = None  # see _new_batch
         self._msg_parts: dict[tuple, tuple[int, str]] = {}  # see _write_batch
         self._plan_ids = itertools.count()
-        self._toe_json: dict[str, str] = {}
         self._all_types_known = False
         self._record_by_default = True
         self._batch_size = 0
@@ -246,7 +245,6 @@ class ComgraRecorder:
         if module_name in self._modules.values():
             raise RegistrationError(f"a module named {module_name!r} is tracked already")
         known = {id(p.tensor) for p in self._params}
-        self._param_template = None
         for sub_name, sub in module.named_modules():
             full = module_name if not sub_name else f"{module_name}.{sub_name}"
             self._modules.setdefault(id(sub), full)
@@ -360,7 +358,8 @@ class ComgraRecorder:
         """A batch that holds the parameters' registrations (they come first, in order).
 
         They are the same on every recorded step, so they are built once and copied; a
-        parameter whose shape or dtype changed (``.data`` replaced) builds them anew.
+        parameter whose shape or dtype changed (``.data`` replaced) or more parameters
+        (a module tracked after a batch that was not recorded) build them anew.
         """
         key = [(p.tensor.shape, p.tensor.dtype) for p in self._params]
         template = self._param_template
@@ -1008,9 +1007,7 @@ class ComgraRecorder:
                 head += ',"layout":' + json.dumps(layout, separators=(",", ":"))
         else:
             head = cached[1]
-        toe = self._toe_json.get(self.type_of_execution)
-        if toe is None:
-            toe = self._toe_json[self.type_of_execution] = json.dumps(self.type_of_execution)
+        toe = json.dumps(self.type_of_execution)
         graphs = ",".join(f'[{i},"{h}"]' for i, h in sorted(batch.graphs.items()))
         body = (
             f'{head},"step":{self.training_step},"toe":{toe},'

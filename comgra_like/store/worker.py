@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .._rows import CaptureMeta, build_tensor_table
+from .._rows import CaptureMeta, build_tensor_table, row_layout
 from .._stats import (
     NUM_STATS,
     batch_aggregates,
@@ -88,7 +88,8 @@ class CaptureSpec:
                    None if x[7] is None else int(x[7]), bool(x[8]), bool(x[9]), int(x[10]))
 
 
-_META_CACHE: dict[tuple, tuple[list[CaptureMeta], list[CaptureMeta]]] = {}
+# (layout key, grouping, samples) -> (batch metas, flat metas, row layout); see below
+_LAYOUT_CACHE: dict[tuple, tuple] = {}
 
 
 def _describe_captures(specs, batch_i, flat_i, batch_groups, flat_groups, value_shapes):
@@ -171,21 +172,24 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     vecs = [values[i].reshape(1, -1) for i in flat_i]
     batch_groups = group_by_size(mats) if mats else []
     flat_groups = group_by_size(vecs) if vecs else []
-    # The captures' descriptions depend on the layout, the grouping and the samples only:
-    # steps of a training loop repeat them, so they are made once (the rows' layout too).
+    # The captures' descriptions and the rows' layout depend on the layout, the grouping
+    # and the samples only: steps of a training loop repeat them, so they are made once.
     key = None
     if layout_key is not None:
         key = (layout_key, tuple(tuple(g.members) for g in batch_groups),
                tuple(tuple(g.members) for g in flat_groups), tuple(samples))
-    metas = _META_CACHE.get(key) if key is not None else None
-    if metas is None:
-        metas = _describe_captures(specs, batch_i, flat_i, batch_groups, flat_groups,
-                                   value_shapes)
+    cached = _LAYOUT_CACHE.get(key) if key is not None else None
+    if cached is None:
+        batch_meta, flat_meta = _describe_captures(specs, batch_i, flat_i, batch_groups,
+                                                   flat_groups, value_shapes)
+        n_batch_values = sum(g.block.shape[0] * g.block.shape[2] for g in batch_groups)
+        cached = (batch_meta, flat_meta,
+                  row_layout(tuple(batch_meta), tuple(flat_meta), tuple(samples), n_batch_values))
         if key is not None:
-            if len(_META_CACHE) >= 64:
-                _META_CACHE.clear()
-            _META_CACHE[key] = metas
-    batch_meta, flat_meta = metas
+            if len(_LAYOUT_CACHE) >= 64:
+                _LAYOUT_CACHE.clear()
+            _LAYOUT_CACHE[key] = cached
+    batch_meta, flat_meta, rows = cached
     if batch_groups:
         idx = np.asarray(samples, np.int64)
         parts_ps, parts_av, parts_sv = [], [], []
@@ -236,7 +240,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
         batch_agg_values=agg_vals, batch_sample_values=sample_vals, flat_meta=flat_meta,
         flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
-        layout_key=key,
+        layout=rows,
     )
 
 

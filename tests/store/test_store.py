@@ -29,16 +29,19 @@ def new_recorder(root, steps=range(100)):
     return rec, net
 
 
-def record_steps(recorder, net, steps):
+def record_steps(recorder, net, steps, batch=4):
+    """Steps of ``batch`` random inputs through ``net``; returns the inputs by step."""
+    inputs = {}
     for step in steps:
-        x = torch.randn(4, 3)
-        recorder.start_batch(step, 4)
+        x = inputs[step] = torch.randn(batch, 3)
+        recorder.start_batch(step, batch)
         recorder.start_iteration()
         recorder.register_tensor("x", x, is_input=True)
         out = net(x)
         recorder.register_tensor("out", out)
         recorder.finish_iteration()
         recorder.finish_batch()
+    return inputs
 
 
 def test_incremental_refresh_sees_new_shards_and_compaction(tmp_path):
@@ -397,14 +400,7 @@ def test_layouts_that_change_every_step_stay_bounded_and_correct(tmp_path):
     rec._writer.flush_seconds = 3600
     inputs = {}
     for step in range(300):
-        batch = 1 + step % 299
-        x = inputs[step] = torch.randn(batch, 3)
-        rec.start_batch(step, batch)
-        rec.start_iteration()
-        rec.register_tensor("x", x, is_input=True)
-        rec.register_tensor("out", net(x))
-        rec.finish_iteration()
-        rec.finish_batch()
+        inputs |= record_steps(rec, net, [step], batch=1 + step % 299)
     assert len(rec._writer._layout_ids) <= 256
     rec.finalize()
     g = open_group(tmp_path / "g")
@@ -432,13 +428,15 @@ def test_cached_parameter_registrations_follow_a_parameter_whose_shape_changes(t
     assert g.read_graph("t", 1, 0).node("net.bias").shapes["net.bias"] == (2,)
 
 
-def test_a_module_tracked_after_unrecorded_steps_is_recorded(tmp_path):
+def test_a_module_tracked_after_a_dropped_batch_is_recorded(tmp_path):
+    """A batch started for dynamic recording and then not recorded has built the
+    parameters' registrations already; a module tracked afterwards must still appear."""
     net_a, net_b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 2)
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded({5}))
     rec.track_module("a", net_a)
-    for step in range(2):  # not recorded: track_module is still allowed afterwards
-        rec.start_batch(step, 4)
-        rec.finish_batch()
+    rec.start_batch(0, 4, type_of_execution=None)
+    rec.decide_recording_of_batch(None)  # not recorded after all
+    rec.finish_batch()
     rec.track_module("b", net_b)
     x = torch.randn(4, 3)
     rec.start_batch(5, 4)
@@ -485,27 +483,37 @@ def test_a_cached_message_is_not_sent_with_a_layout_id_given_to_another_layout(t
     start over, a cached id may name another layout, so the message is made anew."""
     rec, net = new_recorder(tmp_path, range(10))
     inputs = {}
-
-    def step(s, batch):
-        x = inputs[s] = torch.randn(batch, 3)
-        rec.start_batch(s, batch)
-        rec.start_iteration()
-        rec.register_tensor("x", x, is_input=True)
-        rec.register_tensor("out", net(x))
-        rec.finish_iteration()
-        rec.finish_batch()
-
     for s in range(4):  # each slot has its plans and cached messages for batch size 4
-        step(s, 4)
+        inputs |= record_steps(rec, net, [s])
         rec._writer.flush()
     for i in range(255):  # with the next new layout the ids start over ...
         rec._writer.layout_id(("not a real layout", i))
-    step(4, 7)  # ... and id 0 now names the layout of batch size 7
+    inputs |= record_steps(rec, net, [4], batch=7)  # ... and id 0 names its layout now
     rec._writer.flush()
-    for s in (5, 6, 7):
-        step(s, 4)
+    inputs |= record_steps(rec, net, [5, 6, 7])
     rec.finalize()
     g = open_group(tmp_path / "g")
     for s in (4, 5, 6, 7):
         got = g.read_tensor("t", s, 0, "x", "x", "forward", "batch_mean").values
         np.testing.assert_allclose(got, inputs[s].detach().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_complex_tensor_records_its_magnitude_and_leaves_real_tensors_signed(tmp_path):
+    """Complex tensors are stored as their magnitude; real tensors copied in the same
+    call keep their signs (they once went through abs() too)."""
+    rec, net = new_recorder(tmp_path, {0})
+    x = torch.tensor([[-3.0, -2.0, -1.0]] * 4)
+    z = torch.complex(torch.full((4, 2), 3.0), torch.full((4, 2), -4.0))
+    rec.start_batch(0, 4)
+    rec.start_iteration()
+    rec.register_tensor("x", x, is_input=True)
+    rec.register_tensor("z", z)
+    rec.register_tensor("out", net(x))
+    rec.finish_iteration()
+    rec.finish_batch()
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    got_x = g.read_tensor("t", 0, 0, "x", "x", "forward", "batch_mean").values
+    np.testing.assert_allclose(got_x, [-3.0, -2.0, -1.0])
+    got_z = g.read_tensor("t", 0, 0, "z", "z", "forward", "batch_mean").values
+    np.testing.assert_allclose(got_z, [5.0, 5.0])
