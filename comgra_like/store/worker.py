@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from .._rows import CaptureMeta, build_tensor_table, row_layout
 from .._stats import (
+    CHUNK_VALUES,
     NUM_STATS,
     batch_aggregates,
     block_statistics,
@@ -195,9 +196,13 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         parts_ps, parts_av, parts_sv = [], [], []
         for group in batch_groups:
             block = group.block  # [g, B, n]
-            g, n = block.shape[0], block.shape[2]
-            parts_ps.append(block_statistics(block).transpose(1, 0, 2))  # [B, g, NUM_STATS]
-            parts_av.append(batch_aggregates(block, axis=1).reshape(3, g * n))
+            g, b, n = block.shape
+            # Both reductions of a few tensors at a time, while they are in cache.
+            per = max(1, CHUNK_VALUES // max(1, b * n))
+            for a in range(0, g, per):
+                sub = block[a:a + per]
+                parts_ps.append(block_statistics(sub).transpose(1, 0, 2))  # [B, g', STATS]
+                parts_av.append(batch_aggregates(sub, axis=1).reshape(3, -1))
             parts_sv.append(block[:, idx].transpose(1, 0, 2).reshape(k, g * n))
         del mats
         per_sample = np.concatenate(parts_ps, axis=1)  # [B, S, NUM_STATS]
