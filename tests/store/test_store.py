@@ -29,11 +29,11 @@ def new_recorder(root, steps=range(100)):
     return rec, net
 
 
-def record_steps(recorder, net, steps, batch=4):
+def record_steps(recorder, net, steps, batch=4, width=3):
     """Steps of ``batch`` random inputs through ``net``; returns the inputs by step."""
     inputs = {}
     for step in steps:
-        x = inputs[step] = torch.randn(batch, 3)
+        x = inputs[step] = torch.randn(batch, width)
         recorder.start_batch(step, batch)
         recorder.start_iteration()
         recorder.register_tensor("x", x, is_input=True)
@@ -517,3 +517,31 @@ def test_a_complex_tensor_records_its_magnitude_and_leaves_real_tensors_signed(t
     np.testing.assert_allclose(got_x, [-3.0, -2.0, -1.0])
     got_z = g.read_tensor("t", 0, 0, "z", "z", "forward", "batch_mean").values
     np.testing.assert_allclose(got_z, [5.0, 5.0])
+
+
+def test_slots_keep_their_segments_and_later_slots_start_at_the_size_needed(tmp_path):
+    """New shared memory is expensive for the training thread, so: the first recorded
+    step, which does not know its size, overflows into more segments and its slot keeps
+    them; the other slot starts with one segment as large as that step needed; nothing
+    is reallocated afterwards, and every step's values come back intact."""
+    from comgra_like.store.client import MIN_SEGMENT
+
+    net = torch.nn.Linear(600, 600)  # 360,600 parameter values: more than MIN_SEGMENT
+    assert sum(p.numel() for p in net.parameters()) > MIN_SEGMENT
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(8)))
+    rec.track_module("net", net)
+    writer = rec._writer
+    inputs = record_steps(rec, net, [0], batch=4, width=600)
+    [a] = [slot for slot in writer._slots if slot.segments]  # the slot of step 0
+    inputs.update(record_steps(rec, net, [1], batch=4, width=600))
+    [b] = [slot for slot in writer._slots if slot is not a]  # both slots in flight now
+    assert len(a.segments) > 1  # the first step overflowed
+    assert len(b.segments) == 1 and b.segments[0].nelems >= a.needed
+    segments = (list(a.segments), list(b.segments))
+    inputs.update(record_steps(rec, net, range(2, 8), batch=4, width=600))
+    assert (a.segments, b.segments) == segments  # the same objects: nothing replaced
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    for step, x in inputs.items():
+        r = g.read_tensor("t", step, 0, "x", "x", "forward", "sample", 3)
+        np.testing.assert_array_equal(r.values, x[3].detach().numpy())
