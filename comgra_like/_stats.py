@@ -23,8 +23,9 @@ NUM_STATS = len(STAT_NAMES)
 
 # Values per chunk: a chunk (256 KiB of float32) and its temporaries stay in a core's L2
 # cache while every pass over it runs. Whole-array passes went to L3/DRAM once per
-# statistic; with two cores that memory traffic slowed the training process next door
-# by about as much again as the chunked passes do (measured in the notes of issue 2).
+# statistic, and that memory traffic slowed the training process on the other core
+# about three times as much as the chunked passes (README, Performance). Smaller chunks
+# cost more numpy calls: ~0.3 ms of the writer's CPU per recorded step of the benchmark.
 CHUNK_VALUES = 1 << 16
 
 _ONES: dict[int, np.ndarray] = {}

@@ -11,7 +11,6 @@ on. It imports no torch.
 Protocol (one JSON object per line; replies on the original stdout):
 
 * ``segment`` {slot, index, path, nelems}: map a shared-memory file (then unlink it)
-* ``drop`` {slot, index}: forget a segment
 * ``batch`` {slot, layout_id, [layout], refs, step, toe, samples, categories, batch_size,
   wall, graphs}: one recorded step; replied with ``free`` {slot} once the shared memory
   has been read (sent as the line ``f<slot>``, not as JSON: it is the common reply)
@@ -282,15 +281,6 @@ class Worker:
         self._maps[(slot, index)] = mm
         self.add_segment(slot, index, mm, nelems)
 
-    def drop_segment(self, slot: int, index: int) -> None:
-        self.segments.pop((slot, index), None)
-        mm = self._maps.pop((slot, index), None)
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a view is still alive somewhere; the GC unmaps it
-                pass
-
     # ----- messages -----------------------------------------------------------------
 
     def handle(self, msg: dict, reply) -> bool:
@@ -320,8 +310,6 @@ class Worker:
             else:
                 self._guard(lambda: self.map_segment(msg["slot"], msg["index"], msg["path"],
                                                      msg["nelems"]))
-        elif op == "drop":
-            self.drop_segment(msg["slot"], msg["index"])
         elif op == "kpis":
             self._guard(lambda: self._kpis(msg["rows"]))
         elif op == "config":
