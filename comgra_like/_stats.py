@@ -124,20 +124,9 @@ def block_statistics(x: np.ndarray) -> np.ndarray:
 def batch_aggregates(per_sample: np.ndarray, axis: int = 0) -> np.ndarray:
     """Mean, abs-max and std (ddof=1) over ``axis`` -> ``[3, <the other axes>]``.
 
-    With ``axis`` > 0, the array is reduced in chunks along its first axis, so that
-    each chunk's passes stay in cache (see ``CHUNK_VALUES``).
+    Not chunked itself: the writer hands it blocks of at most ``CHUNK_VALUES`` values,
+    the same sub-blocks ``block_statistics`` reduces, while they are in cache.
     """
-    if axis > 0 and per_sample.shape[0] > 1 and per_sample.size > CHUNK_VALUES:
-        per = max(1, CHUNK_VALUES * per_sample.shape[0] // per_sample.size)
-        rest = per_sample.shape[:axis] + per_sample.shape[axis + 1:]
-        out = np.empty((3,) + rest, np.float32)
-        for a in range(0, per_sample.shape[0], per):
-            out[:, a:a + per] = _batch_aggregates(per_sample[a:a + per], axis)
-        return out
-    return _batch_aggregates(per_sample, axis)
-
-
-def _batch_aggregates(per_sample: np.ndarray, axis: int) -> np.ndarray:
     b = per_sample.shape[axis]
     rest = per_sample.shape[:axis] + per_sample.shape[axis + 1:]
     out = np.empty((3,) + rest, np.float32)

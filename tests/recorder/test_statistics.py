@@ -174,10 +174,10 @@ def test_arrays_back_to_back_in_memory_are_reduced_in_place(batch, sizes, seed):
 @given(chunk=st.sampled_from([1, 5, 16, 64]), g=st.integers(1, 4), batch=st.integers(1, 6),
        n=st.integers(1, 12), seed=st.integers(0, 2**31 - 1))
 def test_statistics_reduced_in_chunks_match_numpy(chunk, g, batch, n, seed):
-    """The writer reduces big blocks a cache-sized chunk at a time: chunk boundaries that
-    cut through a block (and rows whose variance needs the centred pass in any chunk)
-    give numpy's statistics. The chunk size is made small here so that these small
-    blocks span many chunks."""
+    """block_statistics reduces big blocks a cache-sized chunk of rows at a time: chunk
+    boundaries that cut through a block (and rows whose variance needs the centred pass
+    in any chunk) give numpy's statistics. The chunk size is made small here so that
+    these small blocks span many chunks."""
     import comgra_like._stats as stats_module
 
     rng = np.random.default_rng(seed)
@@ -187,7 +187,6 @@ def test_statistics_reduced_in_chunks_match_numpy(chunk, g, batch, n, seed):
     stats_module.CHUNK_VALUES = chunk
     try:
         stats = block_statistics(block)
-        aggregated = batch_aggregates(block, axis=1)
     finally:
         stats_module.CHUNK_VALUES = saved
     for j in range(g):
@@ -196,16 +195,13 @@ def test_statistics_reduced_in_chunks_match_numpy(chunk, g, batch, n, seed):
             for k, name in enumerate(STAT_NAMES):
                 np.testing.assert_allclose(stats[j, b, k], ref[name], rtol=2e-4,
                                            atol=1e-4, err_msg=name)
-    np.testing.assert_allclose(aggregated[0], block.mean(1), rtol=1e-5, atol=1e-3)
-    np.testing.assert_allclose(aggregated[1], np.abs(block).max(1), rtol=1e-6)
-    ref_std = block.std(1, ddof=1) if batch > 1 else np.zeros((g, n))
-    np.testing.assert_allclose(aggregated[2], ref_std, rtol=1e-3, atol=1e-3)
 
 
 def test_a_group_of_tensors_larger_than_a_chunk_is_recorded_exactly(tmp_path):
     """Five tensors of 64 x 512 values lie back to back in shared memory and make one
-    block of the writer, reduced two tensors at a time (CHUNK_VALUES): every tensor's
-    per-sample statistics and per-neuron aggregates still match numpy."""
+    block of the writer, whose statistics and aggregates are reduced two tensors at a
+    time (CHUNK_VALUES): every tensor's per-sample statistics and per-neuron aggregates
+    still match numpy."""
     rng = np.random.default_rng(7)
     data = [rng.normal(loc=i, size=(64, 512)).astype(np.float32) for i in range(5)]
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded([0]),
