@@ -10,7 +10,7 @@ layers and ReLU in between, batch 64, MSE loss, SGD; 11 tensors registered per s
 (input, target, pre- and post-activation of every hidden layer, output, error, loss) plus
 the 8 parameters tracked with ``track_module`` = 19 recorded tensors, gradients stored
 with ``record_current_gradients``, ``max_num_batch_size_to_record=5``, fixed seeds,
-``torch.set_num_threads(1)``.
+``torch.set_num_threads(1)`` (``--threads N`` for a loop that uses N cores).
 
 How it measures (these machines are shared and noisy):
 
@@ -71,6 +71,7 @@ WORKLOAD = {
     "record_one_in": 10,
     "chunk": 10,  # bare and recorded steps alternate in chunks of this many steps
     "warmup_steps": 10,
+    "torch_threads": 1,  # --threads: 1 leaves a core to the writer; 2 uses every core here
 }
 
 MODES = ("1in10", "every")
@@ -239,6 +240,18 @@ def _peak_rss_mb(children: bool = False):
         return None
 
 
+def _process_cpu_s(pid):
+    """CPU seconds (user + system) a process has used so far, from /proc (Linux only)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run_worker(args) -> dict:
     impl, mode, steps = args.impl, args.mode, args.steps
     script_dir = str(SCRIPT_PATH.parent)
@@ -248,7 +261,7 @@ def run_worker(args) -> dict:
         sys.path.insert(0, str(REPO_ROOT))
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(WORKLOAD["torch_threads"])
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
@@ -311,6 +324,8 @@ def run_worker(args) -> dict:
 
         profiler = cProfile.Profile()
 
+    writer_pid = getattr(getattr(getattr(rec, "_writer", None), "_proc", None), "pid", None)
+    writer_cpu0 = _process_cpu_s(writer_pid)
     chunk = WORKLOAD["chunk"]
     a_times, b_times, b_recorded = [], [], []
     chunk_ratios = []  # rec chunk time / adjacent bare chunk time
@@ -337,6 +352,12 @@ def run_worker(args) -> dict:
                     profiler.disable()
         chunk_ratios.append(sum(b_times[nb:]) / sum(a_times[na:]))
 
+    writer_cpu = None
+    if writer_cpu0 is not None:
+        rec._writer.flush()  # the loop's recorded steps are all processed
+        writer_cpu1 = _process_cpu_s(writer_pid)
+        if writer_cpu1 is not None:
+            writer_cpu = writer_cpu1 - writer_cpu0
     t_finalize = 0.0
     if rec is not None:
         if profiler is not None:
@@ -379,6 +400,8 @@ def run_worker(args) -> dict:
         "trial_files": trial_files,
         "peak_rss_mb": _peak_rss_mb(),
         "peak_rss_children_mb": _peak_rss_mb(children=True),
+        "writer_cpu_ms_per_rec": None if writer_cpu is None or not n_rec
+        else 1000.0 * writer_cpu / n_rec,
     }
     return res
 
@@ -419,7 +442,8 @@ def _check_importable(python: str, impl: str) -> str | None:
     return None
 
 
-def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=False, width=256):
+def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=False, width=256,
+                     threads=1):
     cmd = [
         python,
         str(SCRIPT_PATH),
@@ -434,12 +458,14 @@ def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=Fal
         str(root),
         "--width",
         str(width),
+        "--threads",
+        str(threads),
     ]
     if cprofile:
         cmd += ["--cprofile", str(cprofile)]
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
+        env[var] = str(threads)
     env.pop("PYTHONPATH", None)
     t0 = time.perf_counter()
     p = subprocess.run(
@@ -501,6 +527,7 @@ def _summarize(runs):
     out["group_bytes"] = _med([r["group_bytes"] for r in runs])
     out["peak_rss_mb"] = _med([r["peak_rss_mb"] for r in runs])
     out["peak_rss_children_mb"] = _med([r.get("peak_rss_children_mb") for r in runs])
+    out["writer_cpu_ms_per_rec"] = _med([r.get("writer_cpu_ms_per_rec") for r in runs])
     return out
 
 
@@ -639,6 +666,13 @@ def _print_table(summary, skipped):
         ".0f",
         show_ratio=False,
     )
+    row(
+        "writer process CPU, ms per recorded step (1-in-10)",
+        g(like, "1in10", "writer_cpu_ms_per_rec"),
+        None,
+        ".2f",
+        show_ratio=False,
+    )
     row("steps per run: 1-in-10 / every", None, None, "", show_ratio=False)
     rows[-1] = (
         rows[-1][0],
@@ -767,6 +801,13 @@ def main(argv=None):
         help="width (and input size) of the MLP (default 256, the issue's workload; a wider "
         "one shows how the overhead scales with the step time)",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=WORKLOAD["torch_threads"],
+        help="torch threads of the training loop (default 1, which leaves the writer a core; "
+        "os.cpu_count() measures a loop that uses every core, as torch does by default)",
+    )
     # worker mode (internal)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
@@ -782,6 +823,9 @@ def main(argv=None):
     )
     args = ap.parse_args(argv)
     WORKLOAD["width"] = WORKLOAD["input_size"] = args.width
+    if args.threads < 1:
+        ap.error("--threads must be at least 1")
+    WORKLOAD["torch_threads"] = args.threads
 
     if args.worker:
         if args.root is None:
@@ -850,7 +894,7 @@ def main(argv=None):
                     shutil.rmtree(root)
                 try:
                     res = _run_worker_proc(python, impl, mode, steps, root, verbose=True,
-                                           width=args.width)
+                                           width=args.width, threads=args.threads)
                 except RuntimeError as e:
                     print(f"    ERROR {e}", flush=True)
                     skipped.append(f"error: {impl}/{mode} failed in repeat {rep + 1}")
