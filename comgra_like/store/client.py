@@ -309,6 +309,10 @@ class WriterClient:
             if largest * (len(self._slots) + 1) <= self._slot_budget:
                 self._slots.append(Slot(len(self._slots)))
                 self._free.append(len(self._slots) - 1)
+        if not self._free and self._proc is not None:
+            # Training waits for the writer from now on: it stops giving way to this
+            # process's threads for the step it is reducing (scheduling.py).
+            self._write("h")
         while not self._free:
             self._receive(timeout=1.0)
             self._raise_if_failed()

@@ -36,6 +36,7 @@ import select
 import signal
 import sys
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ from .._stats import (
     group_by_size,
     top_singular_value,
 )
+from .scheduling import Courtesy
 from .schema import KPIS_SCHEMA, STEPS_SCHEMA
 from .writer import ShardBuffer
 
@@ -125,7 +127,7 @@ def _describe_captures(specs, batch_i, flat_i, batch_groups, flat_groups, value_
 def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                          specs: list[CaptureSpec], arrays: list[np.ndarray],
                          svd_vectors: dict[int, np.ndarray] | None, release=None,
-                         layout_key: object = None) -> pa.Table | None:
+                         layout_key: object = None, pause=None) -> pa.Table | None:
     """Statistics, values and rows of one recorded step.
 
     ``arrays[i]`` holds the values of ``specs[i]`` (flat float32; for an ``update``
@@ -134,7 +136,11 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     (None: no singular values). ``release`` is called once ``arrays`` are no longer needed.
     ``layout_key``: a hashable that stands for ``specs`` (the same object for the same
     specs); with it, what depends only on the layout is computed once and cached.
+    ``pause``: called between units of work of ~50-100 us (the writer process gives
+    way to training threads there, see ``scheduling.Courtesy``).
     """
+    if pause is None:
+        pause = _no_pause
     if not specs:
         if release is not None:
             release()
@@ -199,6 +205,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
             # Both reductions of a few tensors at a time, while they are in cache.
             per = max(1, CHUNK_VALUES // max(1, b * n))
             for a in range(0, g, per):
+                pause()
                 sub = block[a:a + per]
                 parts_ps.append(block_statistics(sub).transpose(1, 0, 2))  # [B, g', STATS]
                 parts_av.append(batch_aggregates(sub, axis=1).reshape(3, -1))
@@ -214,7 +221,11 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     if flat_groups:
         stats, value_vecs = [], []
         for group in flat_groups:
-            stats.append(block_statistics(group.block)[:, 0])  # [g, NUM_STATS]
+            block = group.block  # [g, 1, n]
+            per = max(1, CHUNK_VALUES // max(1, block.shape[2]))
+            for a in range(0, block.shape[0], per):
+                pause()
+                stats.append(block_statistics(block[a:a + per])[:, 0])  # [g', NUM_STATS]
             for m in group.members:
                 if specs[flat_i[m]].with_values:
                     value_vecs.append(vecs[m][0].copy())
@@ -225,6 +236,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     if svd_vectors is not None:
         for p, (spec, w) in forward_param.items():
             if len(spec.shape) == 2:
+                pause()
                 svd[p], svd_vectors[p] = top_singular_value(w.reshape(spec.shape),
                                                             svd_vectors.get(p))
     del values, forward_param
@@ -239,6 +251,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
             w = forward_norm.get(m.param_index)
             u = flat_stats[m.segment, _NORM_COLUMN]
             ratio[m.param_index] = float(u / w) if w else float("nan")
+    pause()
     return build_tensor_table(
         trial_id=trial_id, training_step=step, type_of_execution=toe, sample_indices=samples,
         batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
@@ -246,6 +259,10 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
         layout=rows,
     )
+
+
+def _no_pause() -> None:
+    pass
 
 
 class Worker:
@@ -283,8 +300,12 @@ class Worker:
 
     # ----- messages -----------------------------------------------------------------
 
-    def handle(self, msg: dict, reply) -> bool:
-        """Handle one message; ``reply(dict)`` answers. False: the worker should exit."""
+    def handle(self, msg: dict, reply, pause=None) -> bool:
+        """Handle one message; ``reply(dict)`` answers. False: the worker should exit.
+
+        ``pause`` is called between units of a recorded step's work (see
+        ``scheduling.Courtesy``).
+        """
         op = msg["op"]
         if op == "close":
             self._guard(self._write_and_wait)
@@ -302,7 +323,7 @@ class Worker:
                     freed.append(True)
                     reply({"op": "free", "slot": msg["slot"]})
 
-            self._guard(lambda: self._batch(msg, release))
+            self._guard(lambda: self._batch(msg, release, pause))
             release()
         elif op == "segment":
             if "buffer" in msg:
@@ -342,7 +363,7 @@ class Worker:
             self.failed = f"{type(e).__name__}: {e}"
             traceback.print_exc(file=sys.stderr)
 
-    def _batch(self, msg: dict, release) -> None:
+    def _batch(self, msg: dict, release, pause=None) -> None:
         if "layout" in msg:
             self.layouts[msg["layout_id"]] = [CaptureSpec.from_list(x) for x in msg["layout"]]
             self.layout_keys[msg["layout_id"]] = object()  # stands for this layout in caches
@@ -356,7 +377,8 @@ class Worker:
         samples = msg["samples"]
         tensors = compute_tensor_table(self.trial_id, msg["step"], msg["toe"], samples, specs,
                                        arrays, self.svd_vectors, release,
-                                       layout_key=self.layout_keys[msg["layout_id"]])
+                                       layout_key=self.layout_keys[msg["layout_id"]],
+                                       pause=pause)
         del arrays
         graphs = msg["graphs"]
         n = len(graphs)
@@ -418,6 +440,42 @@ def warm_up() -> None:
             raise RuntimeError(f"the writer's self-test failed: {worker.failed}")
 
 
+class _Input:
+    """The lines the training process sent, read as they come.
+
+    The line ``h`` (hurry) is not a message: the training process sends it when it
+    starts to wait for a free slot, and the step being reduced stops giving way
+    (``scheduling.Courtesy``).
+    """
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.lines: deque[bytes] = deque()
+        self._pending = b""
+        self._hurry = False
+
+    def read(self) -> bool:
+        """Read what is there (blocks if nothing is); False at the end of the input."""
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            return False
+        self._pending += chunk
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            if line == b"h":
+                self._hurry = True
+            elif line:
+                self.lines.append(line)
+        return True
+
+    def hurried(self) -> bool:
+        """Whether the training process has said since the last call that it waits."""
+        if select.select([self.fd], [], [], 0)[0]:
+            self.read()  # an end of input shows up again in the main loop's read()
+        hurry, self._hurry = self._hurry, False
+        return hurry
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the writer process:
     ``worker.py TRIAL_DIR TRIAL_ID SVD(0|1) SEGMENT_PREFIX SEGMENT_DIR...``."""
@@ -443,30 +501,27 @@ def main(argv: list[str] | None = None) -> int:
             data = data[os.write(out_fd, data):]
 
     warm_up()
+    source = _Input(0)
+    courtesy = Courtesy(source.hurried)
     reply({"op": "ready"})
-    pending = b""
     running = True
     while running:
-        # Waiting in select() means the training process's write of a message wakes this
-        # process, which costs that write ~25-40 us here instead of ~14 us. Polling the
-        # pipe every millisecond instead was measured too and rejected: ~50 us of CPU
-        # per poll in this virtual machine, i.e. 4 % of a core taken all the time from a
-        # training process that uses every core.
-        timeout = worker.seconds_to_flush()
-        ready, _, _ = select.select([0], [], [], timeout)
-        if not ready:
-            worker.tick()
-            continue
-        chunk = os.read(0, 1 << 20)
-        if not chunk:  # the training process is gone: keep what it sent
-            worker.handle({"op": "close"}, lambda _obj: None)
-            break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if not worker.handle(json.loads(line), reply):
-                running = False
+        if not source.lines:
+            # Waiting in select() means the training process's write of a message wakes
+            # this process, which costs that write ~25-40 us here instead of ~14 us.
+            # Polling the pipe every millisecond instead was measured too and rejected:
+            # ~50 us of CPU per poll in this virtual machine, i.e. 4 % of a core taken all
+            # the time from a training process that uses every core.
+            ready, _, _ = select.select([0], [], [], worker.seconds_to_flush())
+            if not ready:
+                worker.tick()
+                continue
+            if not source.read():  # the training process is gone: keep what it sent
+                worker.handle({"op": "close"}, lambda _obj: None)
                 break
+        while source.lines and running:
+            line = source.lines.popleft()
+            running = worker.handle(json.loads(line), reply, courtesy.start())
     # A training process killed between creating a segment and announcing it leaves the
     # file behind; nothing uses the prefix any more.
     for folder in segment_dirs:
