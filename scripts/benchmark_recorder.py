@@ -19,6 +19,9 @@ How it measures (these machines are shared and noisy):
 * Inside a worker, a bare model and a recorded model (identical copies, identical data)
   train in alternating chunks of 10 steps, so "bare" and "with recorder" are measured side
   by side in the same process, seconds apart. The ratio of the two is the overhead.
+* Recording every step, a recorded chunk ends when comgra_like's writer process has
+  taken in its steps (``drain()``): the writer is the bottleneck there, and its backlog
+  must not be worked off during the next bare chunk, at the bare loop's expense.
 * The orchestrator alternates workers (comgra_like, comgra, and a bare-vs-bare "A/A" run
   that shows the noise floor) over several repeats and prints medians.
 
@@ -325,6 +328,11 @@ def run_worker(args) -> dict:
         profiler = cProfile.Profile()
 
     writer_pid = getattr(getattr(getattr(rec, "_writer", None), "_proc", None), "pid", None)
+    # Recording every step, the writer is the bottleneck: without waiting for it at the
+    # end of each recorded chunk, its backlog would be worked off during the next bare
+    # chunk and charged to the bare loop (measured 2026-11-23: x1.8-2.3 that way, while a
+    # run that recorded every step for its whole length took x4.1-4.5 the bare time).
+    drain = getattr(getattr(rec, "_writer", None), "drain", None) if mode == "every" else None
     writer_cpu0 = _process_cpu_s(writer_pid)
     chunk = WORKLOAD["chunk"]
     a_times, b_times, b_recorded = [], [], []
@@ -346,6 +354,8 @@ def run_worker(args) -> dict:
                 for s in block:
                     t0 = perf()
                     _train_step(torch, model_b, opt_b, gen_b, s, rec)
+                    if drain is not None and s == block[-1]:
+                        drain()  # this chunk's steps are the writer's work of this chunk
                     b_times.append(perf() - t0)
                     b_recorded.append(rec is not None and s in recorded_steps)
                 if profiler is not None:

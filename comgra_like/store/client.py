@@ -433,6 +433,21 @@ class WriterClient:
         self._flush_seconds = float(value)
         self._send({"op": "config", "flush_seconds": self._flush_seconds})
 
+    def drain(self) -> None:
+        """Block until the writer has taken in every recorded step sent so far.
+
+        All slots are free then; the rows may still wait in the writer's buffers for
+        their shard (``flush`` writes them). Between steps only.
+        """
+        self._raise_if_failed()
+        while len(self._free) < len(self._slots):
+            self._receive(timeout=1.0)
+            self._raise_if_failed()
+            if self._proc is not None and self._proc.poll() is not None:
+                self._receive(timeout=0)
+                if len(self._free) < len(self._slots):
+                    self._fail_dead()
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until everything sent so far is written to disk."""
         self._raise_if_failed()

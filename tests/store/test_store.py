@@ -367,6 +367,34 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
     assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == list(range(13))
 
 
+def test_drain_waits_until_the_writer_has_taken_in_every_step(tmp_path):
+    """drain() (the benchmark waits with it when every step records) returns only once
+    the writer has read every step sent, and then every slot is free again."""
+    import os
+    import signal
+    import threading
+    import time
+
+    rec, net = new_recorder(tmp_path)
+    record_steps(rec, net, [0])
+    writer = rec._writer
+    os.kill(writer._proc.pid, signal.SIGSTOP)
+    try:
+        record_steps(rec, net, [1, 2])
+        done = []
+        t = threading.Thread(target=lambda: (writer.drain(), done.append(True)))
+        t.start()
+        time.sleep(1.0)
+        assert not done  # the stopped writer holds the slots of steps 1 and 2
+    finally:
+        os.kill(writer._proc.pid, signal.SIGCONT)
+    t.join(timeout=60)
+    assert done
+    assert len(writer._free) == len(writer._slots)
+    rec.finalize()
+    assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == [0, 1, 2]
+
+
 def test_a_step_with_thousands_of_tensors(tmp_path):
     """One message per step larger than a pipe's buffer, thousands of captures per slot."""
     net = torch.nn.Linear(3, 2)
