@@ -19,6 +19,8 @@ Protocol (one JSON object per line; replies on the original stdout):
 * ``flush`` {id}: write everything buffered, reply ``flushed`` {id}
 * ``close``: write everything, reply ``closed``, exit. End of input does the same, so a
   training process that dies still leaves its buffered steps on disk.
+* the plain line ``h`` (not JSON): the training process waits for a free slot from now
+  on; the step being reduced stops giving way to other threads (``scheduling.py``)
 
 On exit it deletes every shared-memory file that carries its training process's segment
 prefix (one created but never announced when that process was killed in between).
