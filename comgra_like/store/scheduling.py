@@ -18,7 +18,7 @@ writer sees another message waiting.
 
 Measured on the 2-core development machine with ``torch.set_num_threads(2)``
 (``scripts/benchmark_recorder.py --threads 2``, README): at one recorded step in ten the
-recorded loop took x1.42-1.61 the bare loop's time before and x1.09-1.22 after. With one
+recorded loop took x1.42-1.63 the bare loop's time before and x1.07-1.25 after. With one
 torch thread (a core left to the writer) the difference is within the noise.
 """
 
