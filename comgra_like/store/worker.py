@@ -281,6 +281,9 @@ class Worker:
         self.layout_keys: dict[int, object] = {}
         self.failed: str | None = None
         self._reported = False  # the failure was sent to the training process
+        # Rows of the steps table, column by column, made into one table when shards are
+        # written: a table per recorded step cost ~0.4 ms of this process's CPU.
+        self._step_rows: dict[str, list] = {name: [] for name in STEPS_SCHEMA.names}
 
     # ----- segments -----------------------------------------------------------------
 
@@ -338,20 +341,31 @@ class Worker:
         elif op == "config":
             self.shards.flush_seconds = float(msg["flush_seconds"])
         if self.failed is None and self.shards.must_flush():
-            self._guard(self.shards.write)
+            self._guard(self._write)
         if self.failed is not None and not self._reported:
             self._reported = True
             reply({"op": "error", "message": self.failed})
         return True
 
-    def _write_and_wait(self) -> None:
+    def _buffer_step_rows(self) -> None:
+        rows = self._step_rows
+        if rows["training_step"]:
+            self._step_rows = {name: [] for name in STEPS_SCHEMA.names}
+            self.shards.add({"steps": pa.table(rows).cast(STEPS_SCHEMA)})
+
+    def _write(self) -> None:
+        """Hand everything buffered to the shard writer, the steps rows as one table."""
+        self._buffer_step_rows()
         self.shards.write()
+
+    def _write_and_wait(self) -> None:
+        self._write()
         self.shards.wait()
 
     def tick(self) -> None:
         """Called when ``seconds_to_flush`` has passed without a message."""
         if self.failed is None and self.shards.must_flush():
-            self._guard(self.shards.write)
+            self._guard(self._write)
 
     def seconds_to_flush(self) -> float | None:
         return None if self.failed is not None else self.shards.seconds_to_flush()
@@ -382,24 +396,22 @@ class Worker:
                                        layout_key=self.layout_keys[msg["layout_id"]],
                                        pause=pause)
         del arrays
-        graphs = msg["graphs"]
-        n = len(graphs)
-        steps = pa.table(
-            {
-                "trial_id": [self.trial_id] * n,
-                "training_step": [msg["step"]] * n,
-                "type_of_execution": [msg["toe"]] * n,
-                "iteration": [int(i) for i, _ in graphs],
-                "graph_hash": [h for _, h in graphs],
-                "batch_size": [msg["batch_size"]] * n,
-                "sample_indices": [samples] * n,
-                "sample_categories": [msg["categories"]] * n,
-                "wall_time": [msg["wall"]] * n,
-            }
-        ).cast(STEPS_SCHEMA)
+        rows = self._step_rows
+        for iteration, graph_hash in msg["graphs"]:
+            rows["trial_id"].append(self.trial_id)
+            rows["training_step"].append(msg["step"])
+            rows["type_of_execution"].append(msg["toe"])
+            rows["iteration"].append(int(iteration))
+            rows["graph_hash"].append(graph_hash)
+            rows["batch_size"].append(msg["batch_size"])
+            rows["sample_indices"].append(samples)
+            rows["sample_categories"].append(msg["categories"])
+            rows["wall_time"].append(msg["wall"])
         # Steps strictly increase (the recorder checks it) and each step's tensor rows
         # come sorted: the tensor shard needs no sort.
-        self.shards.add({"tensors": tensors, "steps": steps}, presorted=("tensors",))
+        self.shards.add({"tensors": tensors}, presorted=("tensors",))
+        if tensors is None:  # nothing else starts the clock of the next shard
+            self._buffer_step_rows()
 
     def _kpis(self, rows: list) -> None:
         if not rows:
