@@ -115,6 +115,7 @@ class WriterClient:
         self.mode = mode
         self._slots = [Slot(i) for i in range(slots)]
         self._free = list(range(slots))
+        self._warned_wait = False  # training has waited for a free slot (logged once)
         self._max_slots = max_slots
         self._slot_budget = slot_budget_bytes
         self._error: str | None = None
@@ -309,10 +310,20 @@ class WriterClient:
             if largest * (len(self._slots) + 1) <= self._slot_budget:
                 self._slots.append(Slot(len(self._slots)))
                 self._free.append(len(self._slots) - 1)
-        if not self._free and self._proc is not None:
-            # Training waits for the writer from now on: it stops giving way to this
-            # process's threads for the step it is reducing (scheduling.py).
-            self._write("h")
+        if not self._free:
+            if not self._warned_wait:
+                self._warned_wait = True
+                log.warning(
+                    "comgra_like: training waits for the writer, which needs more time per "
+                    "recorded step than training gives it (%d steps in flight). Recording "
+                    "slows training down from here on; record less often (e.g. "
+                    "DecisionMakerForRecordingsFrequencyPerType with a larger "
+                    "min_training_steps_difference) or register fewer tensors.",
+                    len(self._slots))
+            if self._proc is not None:
+                # Training waits for the writer from now on: it stops giving way to this
+                # process's threads for the step it is reducing (scheduling.py).
+                self._write("h")
         while not self._free:
             self._receive(timeout=1.0)
             self._raise_if_failed()

@@ -333,10 +333,11 @@ def test_without_a_usable_interpreter_the_writer_runs_in_a_thread(tmp_path, monk
 
 
 @pytest.mark.parametrize("budget_slots", [None, 3])
-def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, budget_slots):
+def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, budget_slots,
+                                                                    caplog):
     """Back-pressure: while the writer is stopped, recorded steps take new slots up to the
-    cap (8, or fewer when a memory budget says so), then the next one waits; once the
-    writer runs again every step arrives."""
+    cap (8, or fewer when a memory budget says so), then the next one waits, and the user
+    is told once; once the writer runs again every step arrives."""
     import os
     import signal
     import threading
@@ -363,6 +364,8 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
         os.kill(writer._proc.pid, signal.SIGCONT)
     t.join(timeout=60)
     assert done
+    waits = [r for r in caplog.records if "training waits for the writer" in r.getMessage()]
+    assert len(waits) == 1 and "record less often" in waits[0].getMessage()
     rec.finalize()
     assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == list(range(13))
 
