@@ -330,8 +330,8 @@ def run_worker(args) -> dict:
     writer_pid = getattr(getattr(getattr(rec, "_writer", None), "_proc", None), "pid", None)
     # Recording every step, the writer is the bottleneck: without waiting for it at the
     # end of each recorded chunk, its backlog would be worked off during the next bare
-    # chunk and charged to the bare loop (measured 2026-11-23: x1.8-2.3 that way, while a
-    # run that recorded every step for its whole length took x4.1-4.5 the bare time).
+    # chunk and charged to the bare loop (measured 2026-11-23: x1.8-2.3 that way, while
+    # runs that recorded every one of 300-400 steps took x3.7-4.6 the bare time).
     drain = getattr(getattr(rec, "_writer", None), "drain", None) if mode == "every" else None
     writer_cpu0 = _process_cpu_s(writer_pid)
     chunk = WORKLOAD["chunk"]

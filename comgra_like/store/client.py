@@ -324,13 +324,7 @@ class WriterClient:
                 # Training waits for the writer from now on: it stops giving way to this
                 # process's threads for the step it is reducing (scheduling.py).
                 self._write("h")
-        while not self._free:
-            self._receive(timeout=1.0)
-            self._raise_if_failed()
-            if self._proc is not None and self._proc.poll() is not None and not self._free:
-                self._receive(timeout=0)
-                if not self._free:
-                    self._fail_dead()
+        self._wait_for(lambda: bool(self._free))
         slot = self._slots[self._free.pop()]
         # A slot that overflowed into more segments keeps them (allocate() grows the last
         # one twofold, so they stay few): merging them into one would mean fresh shared
@@ -451,13 +445,7 @@ class WriterClient:
         their shard (``flush`` writes them). Between steps only.
         """
         self._raise_if_failed()
-        while len(self._free) < len(self._slots):
-            self._receive(timeout=1.0)
-            self._raise_if_failed()
-            if self._proc is not None and self._proc.poll() is not None:
-                self._receive(timeout=0)
-                if len(self._free) < len(self._slots):
-                    self._fail_dead()
+        self._wait_for(lambda: len(self._free) == len(self._slots))
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until everything sent so far is written to disk."""
@@ -465,18 +453,24 @@ class WriterClient:
         self._flush_id += 1
         target = self._flush_id
         self._send({"op": "flush", "id": target})
+        self._wait_for(lambda: self._flushed_id >= target, timeout,
+                       f"writing the shards of {self.trial_dir} timed out")
+        self._raise_if_failed()
+
+    def _wait_for(self, done, timeout: float | None = None, timeout_message: str = "") -> None:
+        """Handle the writer's replies until ``done()``; raises if the writer fails or
+        dies meanwhile, or (with ``timeout``) when that many seconds have passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._flushed_id < target:
+        while not done():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise StorageError(f"writing the shards of {self.trial_dir} timed out")
+                raise StorageError(timeout_message)
             self._receive(timeout=1.0 if left is None else min(left, 1.0))
             self._raise_if_failed()
-            if self._proc is not None and self._proc.poll() is not None:
+            if self._proc is not None and self._proc.poll() is not None and not done():
                 self._receive(timeout=0)
-                if self._flushed_id < target:
+                if not done():
                     self._fail_dead()
-        self._raise_if_failed()
 
     def close(self) -> None:
         """Write everything and stop the writer."""

@@ -11,10 +11,12 @@ that thread sleeps or its own turn comes. It stays runnable at normal priority a
 still gets its share of the CPU (a writer at idle priority starved: torch's threads
 spin between operators, the writer's slots filled up and training waited for it).
 
-Giving way helps only while the writer keeps up. When it is behind (more recorded steps
-wait for it), the training process will soon wait for a free slot, and every yield
-makes that wait longer; so a step is reduced without yielding from the moment the
-writer sees another message waiting.
+Giving way helps only while the writer keeps up. Once the training process waits for a
+free slot, every yield makes that wait longer; so the training process says when it
+starts to wait (the line ``h``, see ``worker.py``), and the step being reduced goes on
+without yielding from then on. (Stopping whenever any message waited was measured too:
+at one step in ten the next step often arrives while the writer still works on the last
+one, and the recorded loop was back at x1.37-1.41 with two torch threads.)
 
 Measured on the 2-core development machine with ``torch.set_num_threads(2)``
 (``scripts/benchmark_recorder.py --threads 2``, README): at one recorded step in ten the
@@ -37,15 +39,15 @@ def give_way() -> None:
 
 
 class Courtesy:
-    """Gives way between units of work of a step until the writer falls behind.
+    """Gives way between units of a step's work until the training process waits.
 
-    ``more_waiting()`` tells whether another message waits for the writer already.
-    ``start()`` is called when a step's work begins and returns the ``pause`` callable
-    for that step's units.
+    ``training_waits()`` tells whether the training process has said (since it was last
+    asked) that it waits for the writer. ``start()`` is called when a step's work begins
+    and returns the ``pause`` callable for that step's units.
     """
 
-    def __init__(self, more_waiting: Callable[[], bool]):
-        self._more_waiting = more_waiting
+    def __init__(self, training_waits: Callable[[], bool]):
+        self._training_waits = training_waits
         self._behind = False
 
     def start(self) -> Callable[[], None]:
@@ -55,7 +57,7 @@ class Courtesy:
     def _pause(self) -> None:
         if self._behind:
             return
-        if self._more_waiting():
+        if self._training_waits():
             self._behind = True  # for the rest of this step
             return
         give_way()
