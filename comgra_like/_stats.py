@@ -40,7 +40,26 @@ def _ones(n: int) -> np.ndarray:
     return ones
 
 
-def block_statistics(x: np.ndarray) -> np.ndarray:
+def _row_extremes(c: np.ndarray, mx: np.ndarray, mn: np.ndarray) -> None:
+    """Maximum and minimum of every row of a 2-D ``c`` into ``mx`` and ``mn``.
+
+    ``np.max(c, axis=1)`` sets up numpy's reduction loop once per row, which dominates
+    for short rows (23 us for 256 rows of 256 values here, 4 us for one row of 65,536);
+    ``reduceat`` over the flat array with one start per row does the same in ~11 us.
+    Both give exactly the maximum (and propagate NaN).
+    """
+    r, n = c.shape
+    if n >= 2 and r > 1 and c.flags.c_contiguous:
+        flat = c.reshape(-1)
+        starts = np.arange(0, r * n, n)
+        np.maximum.reduceat(flat, starts, out=mx)
+        np.minimum.reduceat(flat, starts, out=mn)
+    else:
+        np.max(c, axis=1, out=mx)
+        np.min(c, axis=1, out=mn)
+
+
+def block_statistics(x: np.ndarray, pause=None) -> np.ndarray:
     """Statistics over the last axis of a float32 ``x`` (``[..., n]``) -> ``[..., NUM_STATS]``.
 
     ``std`` uses Bessel's correction and is 0 for one value. It comes from the sum of
@@ -51,6 +70,7 @@ def block_statistics(x: np.ndarray) -> np.ndarray:
 
     Rows are reduced a chunk at a time (``CHUNK_VALUES``), with every pass over a chunk
     done before the next chunk is read; the results of all chunks are finished at once.
+    ``pause`` (optional) is called before every chunk but the first.
     """
     n = x.shape[-1]
     lead = x.shape[:-1]
@@ -75,6 +95,8 @@ def block_statistics(x: np.ndarray) -> np.ndarray:
     nf = np.float32(n)
     half_n = np.float32(0.5 * n)
     for a in range(0, r, per):
+        if a and pause is not None:
+            pause()
         b = min(a + per, r)
         c = rows[a:b]
         t = scratch[:b - a]
@@ -84,8 +106,7 @@ def block_statistics(x: np.ndarray) -> np.ndarray:
         np.matmul(c, ones, out=tc)
         np.abs(c, out=t)
         np.matmul(t, ones, out=abs_sum[a:b])
-        np.max(c, axis=1, out=mx[a:b])
-        np.min(c, axis=1, out=mn[a:b])
+        _row_extremes(c, mx[a:b], mn[a:b])
         np.vecdot(c, c, out=sq[a:b])
         if n > 1:
             # n mean^2 > sum(x^2) / 2: the subtraction below would lose more than a
@@ -125,18 +146,28 @@ def batch_aggregates(per_sample: np.ndarray, axis: int = 0) -> np.ndarray:
     """Mean, abs-max and std (ddof=1) over ``axis`` -> ``[3, <the other axes>]``.
 
     Not chunked itself: the writer hands it blocks of at most ``CHUNK_VALUES`` values,
-    the same sub-blocks ``block_statistics`` reduces, while they are in cache.
+    the same sub-blocks ``block_statistics`` reduces, while they are in cache. Sums over
+    ``axis`` are products with a vector of ones (half the time of ``sum(axis=...)`` on
+    the writer's ``[tensors, batch, values]`` blocks).
     """
-    b = per_sample.shape[axis]
-    rest = per_sample.shape[:axis] + per_sample.shape[axis + 1:]
+    shape = per_sample.shape
+    b = shape[axis]
+    rest = shape[:axis] + shape[axis + 1:]
     out = np.empty((3,) + rest, np.float32)
-    mean = per_sample.sum(axis=axis) / np.float32(b)
-    out[0] = mean
-    out[1] = np.maximum(per_sample.max(axis=axis), -per_sample.min(axis=axis))
+    lead = math.prod(shape[:axis])
+    trail = math.prod(shape[axis + 1:])
+    x = per_sample.reshape(lead, b, trail)  # a view for contiguous input
+    ones = _ones(b)[None, :]
+    mean = np.matmul(ones, x)[:, 0]  # [lead, trail]
+    mean /= np.float32(b)
+    out[0] = mean.reshape(rest)
+    out[1] = np.maximum(x.max(axis=1), -x.min(axis=1)).reshape(rest)
     if b > 1:
-        centered = per_sample - np.expand_dims(mean, axis)
+        centered = x - mean[:, None, :]
         np.multiply(centered, centered, out=centered)
-        out[2] = np.sqrt(centered.sum(axis=axis) / np.float32(b - 1))
+        var = np.matmul(ones, centered)[:, 0]
+        var /= np.float32(b - 1)
+        out[2] = np.sqrt(var).reshape(rest)
     else:
         out[2] = 0.0
     return out

@@ -224,10 +224,10 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
         stats, value_vecs = [], []
         for group in flat_groups:
             block = group.block  # [g, 1, n]
-            per = max(1, CHUNK_VALUES // max(1, block.shape[2]))
-            for a in range(0, block.shape[0], per):
-                pause()
-                stats.append(block_statistics(block[a:a + per])[:, 0])  # [g', NUM_STATS]
+            # One call per group (it reduces a chunk at a time and pauses in between):
+            # a call per chunk cost ~15 us more each, to finish the statistics of one row.
+            pause()
+            stats.append(block_statistics(block, pause)[:, 0])  # [g, NUM_STATS]
             for m in group.members:
                 if specs[flat_i[m]].with_values:
                     value_vecs.append(vecs[m][0].copy())

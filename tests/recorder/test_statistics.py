@@ -197,6 +197,44 @@ def test_statistics_reduced_in_chunks_match_numpy(chunk, g, batch, n, seed):
                                            atol=1e-4, err_msg=name)
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 70), n=st.integers(1, 70), seed=st.integers(0, 2**31 - 1),
+       special=st.sampled_from([None, np.nan, np.inf, -np.inf]), strided=st.booleans())
+def test_row_extremes_are_numpys_max_and_min(rows, n, seed, special, strided):
+    """The per-row maximum and minimum (reduceat over the flat rows where that is faster)
+    are exactly numpy's, NaN and infinities included, for contiguous and strided rows."""
+    from comgra_like._stats import _row_extremes
+
+    rng = np.random.default_rng(seed)
+    full = rng.normal(size=(rows, 2 * n)).astype(np.float32)
+    c = full[:, ::2] if strided else np.ascontiguousarray(full[:, :n])
+    if special is not None:
+        c[rng.random(c.shape) < 0.1] = special
+    mx, mn = np.empty(rows, np.float32), np.empty(rows, np.float32)
+    _row_extremes(c, mx, mn)
+    np.testing.assert_array_equal(mx, np.max(c, axis=1))
+    np.testing.assert_array_equal(mn, np.min(c, axis=1))
+
+
+def test_block_statistics_pauses_between_chunks_and_pausing_changes_nothing():
+    """The writer gives way to training between chunks (``pause``): one call before each
+    chunk but the first, and the same statistics as without pauses."""
+    import comgra_like._stats as stats_module
+
+    rng = np.random.default_rng(5)
+    block = rng.normal(size=(6, 1, 40)).astype(np.float32)
+    calls = []
+    saved = stats_module.CHUNK_VALUES
+    stats_module.CHUNK_VALUES = 80  # two rows of 40 per chunk: three chunks
+    try:
+        paused = block_statistics(block, lambda: calls.append(1))
+        plain = block_statistics(block)
+    finally:
+        stats_module.CHUNK_VALUES = saved
+    assert len(calls) == 2
+    np.testing.assert_array_equal(paused, plain)
+
+
 def test_a_group_of_tensors_larger_than_a_chunk_is_recorded_exactly(tmp_path):
     """Five tensors of 64 x 512 values lie back to back in shared memory and make one
     block of the writer, whose statistics and aggregates are reduced two tensors at a
