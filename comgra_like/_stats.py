@@ -179,6 +179,13 @@ class SizeGroup:
 
     members: list[int]
     block: np.ndarray  # [len(members), B, n], C-contiguous
+    # The matrices ``block`` is a copy of (None: it is a view of them); once they hold
+    # new numbers, ``restack()`` brings the copy up to date.
+    stacked_from: list[np.ndarray] | None = None
+
+    def restack(self) -> None:
+        if self.stacked_from is not None:
+            np.stack(self.stacked_from, axis=0, out=self.block)
 
 
 def group_by_size(mats: list[np.ndarray]) -> list[SizeGroup]:
@@ -195,7 +202,8 @@ def group_by_size(mats: list[np.ndarray]) -> list[SizeGroup]:
     for members in by_size.values():
         runs = _adjacent_runs([mats[i] for i in members])
         if runs is None:
-            groups.append(SizeGroup(members, np.stack([mats[i] for i in members], axis=0)))
+            sources = [mats[i] for i in members]
+            groups.append(SizeGroup(members, np.stack(sources, axis=0), sources))
             continue
         for start, stop in runs:
             first = mats[members[start]]

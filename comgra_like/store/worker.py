@@ -126,48 +126,54 @@ def _describe_captures(specs, batch_i, flat_i, batch_groups, flat_groups, value_
     return batch_meta, flat_meta
 
 
-def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
-                         specs: list[CaptureSpec], arrays: list[np.ndarray],
-                         svd_vectors: dict[int, np.ndarray] | None, release=None,
-                         layout_key: object = None, pause=None) -> pa.Table | None:
-    """Statistics, values and rows of one recorded step.
+@dataclass
+class _StepPlan:
+    """How the arrays of a recorded step are reduced: everything but the numbers.
 
-    ``arrays[i]`` holds the values of ``specs[i]`` (flat float32; for an ``update``
-    capture the parameter *after* the optimizer step, the update is computed here).
-    ``svd_vectors`` carries the warm starts of the power iterations from step to step
-    (None: no singular values). ``release`` is called once ``arrays`` are no longer needed.
-    ``layout_key``: a hashable that stands for ``specs`` (the same object for the same
-    specs); with it, what depends only on the layout is computed once and cached.
-    ``pause``: called between units of work of ~50-100 us (the writer process gives
-    way to training threads there, see ``scheduling.Courtesy``).
+    It holds views of the arrays (the writer's shared memory), so it serves only steps
+    whose arrays are the same memory (``arrays_key``); updates go to a buffer of its own.
     """
-    if pause is None:
-        pause = _no_pause
-    if not specs:
-        if release is not None:
-            release()
-        return None
+
+    forward_param: dict  # parameter index -> (spec, values before the optimizer step)
+    updates: list  # (after, before, out) per update capture: out = after - before
+    vecs: list  # a [1, n] view per capture without batch dimension
+    flat_i: list  # the index in specs of each of those
+    batch_groups: list
+    flat_groups: list
+    batch_meta: list
+    flat_meta: list
+    rows: object  # the _RowLayout
+    owned_bytes: int = 0  # the update buffer and stacked copies it keeps
+
+
+# (layout key, arrays key, samples) -> _StepPlan; emptied when shared memory changes.
+# Plans keep buffers of their own; beyond this many bytes in all, a plan is used for its
+# step only (a model that large spends its time in the numbers, not in planning).
+_PLAN_CACHE: dict[tuple, _StepPlan] = {}
+PLAN_CACHE_BYTES = 64 * 2**20
+
+
+def _plan_step(samples, specs, arrays, layout_key) -> _StepPlan:
+    """The plan of a step, with the step's updates computed into its buffer."""
     # parameter index -> (spec, values) of the parameter before the optimizer step
     forward_param = {s.param_index: (s, a) for s, a in zip(specs, arrays)
                      if s.recording_type == _FORWARD and s.param_index >= 0}
     # The updates (after - before) go into one buffer, back to back, so that those of
     # one size form one block below.
-    updates = [i for i, s in enumerate(specs) if s.recording_type == _UPDATE]
+    update_i = [i for i, s in enumerate(specs) if s.recording_type == _UPDATE]
     values = list(arrays)
-    if updates:
-        buffer = np.empty(sum(specs[i].numel for i in updates), np.float32)
+    updates = []
+    if update_i:
+        buffer = np.empty(sum(specs[i].numel for i in update_i), np.float32)
         pos = 0
-        for i in updates:
+        for i in update_i:
             n = specs[i].numel
-            values[i] = np.subtract(arrays[i], forward_param[specs[i].param_index][1],
-                                    out=buffer[pos:pos + n])
+            before = forward_param[specs[i].param_index][1]
+            out = values[i] = np.subtract(arrays[i], before, out=buffer[pos:pos + n])
+            updates.append((arrays[i], before, out))
             pos += n
-    k = len(samples)
     batch_i = [i for i, s in enumerate(specs) if s.batch_dim is not None]
     flat_i = [i for i, s in enumerate(specs) if s.batch_dim is None]
-    agg_stats = np.zeros((3, 0, NUM_STATS), np.float32)
-    sample_stats = np.zeros((k, 0, NUM_STATS), np.float32)
-    agg_vals, sample_vals = np.zeros((3, 0), np.float32), np.zeros((k, 0), np.float32)
     mats: list[np.ndarray] = []
     value_shapes = []
     for i in batch_i:
@@ -198,6 +204,64 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                 _LAYOUT_CACHE.clear()
             _LAYOUT_CACHE[key] = cached
     batch_meta, flat_meta, rows = cached
+    owned = sum(out.nbytes for _, _, out in updates) + sum(
+        g.block.nbytes for g in batch_groups + flat_groups if g.stacked_from is not None)
+    return _StepPlan(forward_param, updates, vecs, flat_i, batch_groups, flat_groups,
+                     batch_meta, flat_meta, rows, owned)
+
+
+def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
+                         specs: list[CaptureSpec], arrays: list[np.ndarray],
+                         svd_vectors: dict[int, np.ndarray] | None, release=None,
+                         layout_key: object = None, pause=None,
+                         arrays_key: object = None) -> pa.Table | None:
+    """Statistics, values and rows of one recorded step.
+
+    ``arrays[i]`` holds the values of ``specs[i]`` (flat float32; for an ``update``
+    capture the parameter *after* the optimizer step, the update is computed here).
+    ``svd_vectors`` carries the warm starts of the power iterations from step to step
+    (None: no singular values). ``release`` is called once ``arrays`` are no longer needed.
+    ``layout_key``: a hashable that stands for ``specs`` (the same object for the same
+    specs); with it, what depends only on the layout is computed once and cached.
+    ``arrays_key`` (with ``layout_key``): a hashable that stands for the memory of
+    ``arrays`` (the same key: the same buffers, with new numbers in them); with it, the
+    views, groups and update buffer are made once per layout and memory, not per step.
+    ``pause``: called between units of work of ~50-100 us (the writer process gives
+    way to training threads there, see ``scheduling.Courtesy``).
+    """
+    if pause is None:
+        pause = _no_pause
+    if not specs:
+        if release is not None:
+            release()
+        return None
+    plan = None
+    plan_key = None
+    if layout_key is not None and arrays_key is not None:
+        plan_key = (layout_key, arrays_key, tuple(samples))
+        plan = _PLAN_CACHE.get(plan_key)
+    if plan is None:
+        plan = _plan_step(samples, specs, arrays, layout_key)
+        if plan_key is not None:
+            held = sum(p.owned_bytes for p in _PLAN_CACHE.values())
+            if len(_PLAN_CACHE) >= 64 or held + plan.owned_bytes > PLAN_CACHE_BYTES:
+                _PLAN_CACHE.clear()
+            if plan.owned_bytes <= PLAN_CACHE_BYTES:
+                _PLAN_CACHE[plan_key] = plan
+    else:  # the same memory with new numbers in it
+        for after, before, out in plan.updates:
+            np.subtract(after, before, out=out)
+        for group in plan.batch_groups:
+            group.restack()
+        for group in plan.flat_groups:
+            group.restack()
+    k = len(samples)
+    forward_param, vecs, flat_i = plan.forward_param, plan.vecs, plan.flat_i
+    batch_groups, flat_groups = plan.batch_groups, plan.flat_groups
+    batch_meta, flat_meta, rows = plan.batch_meta, plan.flat_meta, plan.rows
+    agg_stats = np.zeros((3, 0, NUM_STATS), np.float32)
+    sample_stats = np.zeros((k, 0, NUM_STATS), np.float32)
+    agg_vals, sample_vals = np.zeros((3, 0), np.float32), np.zeros((k, 0), np.float32)
     if batch_groups:
         idx = np.asarray(samples, np.int64)
         parts_ps, parts_av, parts_sv = [], [], []
@@ -212,7 +276,6 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                 parts_ps.append(block_statistics(sub).transpose(1, 0, 2))  # [B, g', STATS]
                 parts_av.append(batch_aggregates(sub, axis=1).reshape(3, -1))
             parts_sv.append(block[:, idx].transpose(1, 0, 2).reshape(k, g * n))
-        del mats
         per_sample = np.concatenate(parts_ps, axis=1)  # [B, S, NUM_STATS]
         agg_stats = batch_aggregates(per_sample)
         sample_stats = per_sample[idx]
@@ -241,7 +304,7 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                 pause()
                 svd[p], svd_vectors[p] = top_singular_value(w.reshape(spec.shape),
                                                             svd_vectors.get(p))
-    del values, forward_param
+    del forward_param, vecs, plan
     if release is not None:
         release()
     # Update ratio: norm of the update over the norm of the weight before it.
@@ -279,6 +342,7 @@ class Worker:
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
         self.layout_keys: dict[int, object] = {}
+        self._segment_generation = 0  # changes whenever shared memory is added
         self.failed: str | None = None
         self._reported = False  # the failure was sent to the training process
         # Rows of the steps table, column by column, made into one table when shards are
@@ -289,6 +353,9 @@ class Worker:
 
     def add_segment(self, slot: int, index: int, buffer, nelems: int) -> None:
         self.segments[(slot, index)] = np.frombuffer(buffer, np.float32, count=nelems)
+        # Step plans hold views of the segments: none may outlive a segment's memory.
+        self._segment_generation += 1
+        _PLAN_CACHE.clear()
 
     def map_segment(self, slot: int, index: int, path: str, nelems: int) -> None:
         fd = os.open(path, os.O_RDONLY)
@@ -394,7 +461,8 @@ class Worker:
         tensors = compute_tensor_table(self.trial_id, msg["step"], msg["toe"], samples, specs,
                                        arrays, self.svd_vectors, release,
                                        layout_key=self.layout_keys[msg["layout_id"]],
-                                       pause=pause)
+                                       pause=pause,
+                                       arrays_key=(slot, self._segment_generation, tuple(refs)))
         del arrays
         rows = self._step_rows
         for iteration, graph_hash in msg["graphs"]:

@@ -540,6 +540,42 @@ def test_the_writers_layout_caches_give_the_rows_of_an_uncached_computation():
     assert other.equals(plain) and other.num_rows > cached.num_rows
 
 
+def test_a_cached_step_plan_reads_the_new_numbers_in_the_same_memory():
+    """With ``arrays_key`` the writer keeps the views, groups and update buffer of a step
+    and reuses them while the arrays are the same memory: steps that write new numbers
+    into that memory (as the training process does into a slot) give the tables of an
+    uncached computation, for blocks that are views of the memory as well as for
+    stacked copies (tensors of one size that do not lie back to back)."""
+    from comgra_like.store.worker import CaptureSpec, compute_tensor_table
+
+    specs = [
+        CaptureSpec("a", "a", "a", "calculated", 0, "forward", (6, 4), 0, True, True, -1),
+        CaptureSpec("b", "b", "b", "calculated", 0, "forward", (6, 4), 0, False, True, -1),
+        CaptureSpec("c", "c", "c", "calculated", 0, "forward", (3, 6), 1, True, True, -1),
+        CaptureSpec("w", "w", "w", "parameter", -1, "forward", (4, 4), None, False, False, 0),
+        CaptureSpec("v", "v", "v", "parameter", -1, "forward", (4, 4), None, False, False, 1),
+        CaptureSpec("w", "w", "w", "parameter", -1, "update", (4, 4), None, False, False, 0),
+        CaptureSpec("v", "v", "v", "parameter", -1, "update", (4, 4), None, False, False, 1),
+        CaptureSpec("l", "l", "l", "loss", 0, "forward", (), None, False, True, -1),
+    ]
+    # One buffer, as shared memory: "a" and "b" back to back (one view), the parameters
+    # with gaps between them (stacked copies).
+    memory = np.zeros(400, np.float32)
+    starts = [0, 24, 60, 100, 140, 180, 220, 260]
+    arrays = [memory[o:o + s.numel] for o, s in zip(starts, specs)]
+    key = object()
+    rng = np.random.default_rng(4)
+    svd_cached, svd_plain = {}, {}
+    for step in range(4):
+        memory[:] = rng.standard_normal(memory.size).astype(np.float32)
+        cached = compute_tensor_table("t", step, "main", [1, 4], specs, arrays, svd_cached,
+                                      layout_key=key, arrays_key=("slot", 0))
+        copies = [a.copy() for a in arrays]
+        plain = compute_tensor_table("t", step, "main", [1, 4], specs, copies, svd_plain)
+        assert cached.equals(plain), step
+    assert cached.column("update_ratio").null_count < cached.num_rows
+
+
 def test_a_cached_message_is_not_sent_with_a_layout_id_given_to_another_layout(tmp_path):
     """The recorder keeps each capture plan's message JSON; after the writer's layout ids
     start over, a cached id may name another layout, so the message is made anew."""
