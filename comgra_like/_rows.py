@@ -49,8 +49,19 @@ def _dict_column(per_capture: list[str], capture_of_row: np.ndarray) -> pa.Array
                                           pa.array(list(uniques), pa.string()))
 
 
+_CONSTANT_DICTS: dict[tuple[str, int], pa.Array] = {}
+
+
 def _constant_dict(value: str, n: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
+    """``n`` times ``value`` as a dictionary column (Arrow arrays are immutable: the same
+    one serves every step with this trial id or type of execution and row count)."""
+    column = _CONSTANT_DICTS.get((value, n))
+    if column is None:
+        if len(_CONSTANT_DICTS) >= 256:
+            _CONSTANT_DICTS.clear()
+        column = _CONSTANT_DICTS[(value, n)] = pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array([value]))
+    return column
 
 
 @dataclass(frozen=True)
@@ -157,11 +168,13 @@ def row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta
 
 def _per_row(per_capture_param: np.ndarray, values: dict[int, float],
              capture_of_row: np.ndarray) -> pa.Array:
-    out = np.full(len(per_capture_param), np.nan, np.float32)
-    for i, p in enumerate(per_capture_param):
-        if p >= 0 and p in values:
-            out[i] = values[p]
-    rows = out[capture_of_row]
+    """A value per parameter (``values``) on the rows of the captures that show it."""
+    n_params = int(per_capture_param.max(initial=-1)) + 1
+    by_param = np.full(n_params + 1, np.nan, np.float32)  # the last one: no parameter
+    for p, v in values.items():
+        if 0 <= p < n_params:
+            by_param[p] = v
+    rows = by_param[per_capture_param[capture_of_row]]
     return pa.array(rows, mask=np.isnan(rows))
 
 
