@@ -183,14 +183,19 @@ def test_shared_memory_is_not_left_behind(tmp_path):
     assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
 
 
-def test_compaction_merges_sorted_and_is_idempotent(tmp_path):
-    rec, net = new_recorder(tmp_path)
+def record_one_shard_per_step(root, steps):
+    """A trial with one shard per recorded step (flushed after each), writer closed."""
+    rec, net = new_recorder(root)
     rec._writer.flush_seconds = 0.0
-    for s in range(4):
+    for s in range(steps):
         record_steps(rec, net, [s])
         rec._writer.flush()
     rec._writer.close()
-    trial = tmp_path / "g/trials/t"
+    return root / "g/trials/t"
+
+
+def test_compaction_merges_sorted_and_is_idempotent(tmp_path):
+    trial = record_one_shard_per_step(tmp_path, 4)
     assert len(list((trial / "tensors").iterdir())) == 4
     assert compact_trial(trial)["tensors"] == 4
     assert compact_trial(trial)["tensors"] == 0
@@ -208,13 +213,7 @@ def test_floats_are_stored_byte_stream_split_in_shards_and_compacted_files(tmp_p
     not know would be ignored silently, so the files' metadata is checked."""
     import pyarrow.parquet as pq
 
-    rec, net = new_recorder(tmp_path)
-    rec._writer.flush_seconds = 0.0
-    for s in range(2):
-        record_steps(rec, net, [s])
-        rec._writer.flush()
-    rec._writer.close()
-    trial = tmp_path / "g/trials/t"
+    trial = record_one_shard_per_step(tmp_path, 2)
 
     def encodings(folder):
         [f] = list(folder.iterdir())[:1]
@@ -512,19 +511,30 @@ def test_a_module_tracked_after_a_dropped_batch_is_recorded(tmp_path):
     assert {"a.weight", "a.bias", "b.weight", "b.bias", "x", "out"} <= nodes
 
 
-def test_the_writers_layout_caches_give_the_rows_of_an_uncached_computation():
-    """compute_tensor_table caches what depends only on the layout; the tables of two
-    steps with different numbers are those computed without any cache."""
-    from comgra_like.store.worker import CaptureSpec, compute_tensor_table
+def writer_specs(params=("w",)):
+    """Captures as the writer gets them: batch tensors of two sizes (one with its batch
+    dimension second), a scalar loss, and forward and update of 4x4 parameters."""
+    from comgra_like.store.worker import CaptureSpec
 
-    specs = [
+    def param(name, kind, i):
+        return CaptureSpec(name, name, name, "parameter", -1, kind, (4, 4), None, False, False, i)
+
+    return [
         CaptureSpec("a", "a", "a", "calculated", 0, "forward", (6, 4), 0, True, True, -1),
         CaptureSpec("b", "b", "b", "calculated", 0, "forward", (6, 4), 0, False, True, -1),
         CaptureSpec("c", "c", "c", "calculated", 0, "forward", (3, 6), 1, True, True, -1),
-        CaptureSpec("w", "w", "w", "parameter", -1, "forward", (4, 4), None, False, False, 0),
-        CaptureSpec("w", "w", "w", "parameter", -1, "update", (4, 4), None, False, False, 0),
+        *[param(p, "forward", i) for i, p in enumerate(params)],
+        *[param(p, "update", i) for i, p in enumerate(params)],
         CaptureSpec("l", "l", "l", "loss", 0, "forward", (), None, False, True, -1),
     ]
+
+
+def test_the_writers_layout_caches_give_the_rows_of_an_uncached_computation():
+    """compute_tensor_table caches what depends only on the layout; the tables of two
+    steps with different numbers are those computed without any cache."""
+    from comgra_like.store.worker import compute_tensor_table
+
+    specs = writer_specs()
     key = object()
     rng = np.random.default_rng(3)
     for step in range(3):
@@ -546,18 +556,9 @@ def test_a_cached_step_plan_reads_the_new_numbers_in_the_same_memory():
     into that memory (as the training process does into a slot) give the tables of an
     uncached computation, for blocks that are views of the memory as well as for
     stacked copies (tensors of one size that do not lie back to back)."""
-    from comgra_like.store.worker import CaptureSpec, compute_tensor_table
+    from comgra_like.store.worker import compute_tensor_table
 
-    specs = [
-        CaptureSpec("a", "a", "a", "calculated", 0, "forward", (6, 4), 0, True, True, -1),
-        CaptureSpec("b", "b", "b", "calculated", 0, "forward", (6, 4), 0, False, True, -1),
-        CaptureSpec("c", "c", "c", "calculated", 0, "forward", (3, 6), 1, True, True, -1),
-        CaptureSpec("w", "w", "w", "parameter", -1, "forward", (4, 4), None, False, False, 0),
-        CaptureSpec("v", "v", "v", "parameter", -1, "forward", (4, 4), None, False, False, 1),
-        CaptureSpec("w", "w", "w", "parameter", -1, "update", (4, 4), None, False, False, 0),
-        CaptureSpec("v", "v", "v", "parameter", -1, "update", (4, 4), None, False, False, 1),
-        CaptureSpec("l", "l", "l", "loss", 0, "forward", (), None, False, True, -1),
-    ]
+    specs = writer_specs(params=("w", "v"))
     # One buffer, as shared memory: "a" and "b" back to back (one view), the parameters
     # with gaps between them (stacked copies).
     memory = np.zeros(400, np.float32)
