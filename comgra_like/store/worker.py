@@ -342,7 +342,6 @@ class Worker:
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
         self.layout_keys: dict[int, object] = {}
-        self._segment_generation = 0  # changes whenever shared memory is added
         self.failed: str | None = None
         self._reported = False  # the failure was sent to the training process
         # Rows of the steps table, column by column, made into one table when shards are
@@ -353,8 +352,9 @@ class Worker:
 
     def add_segment(self, slot: int, index: int, buffer, nelems: int) -> None:
         self.segments[(slot, index)] = np.frombuffer(buffer, np.float32, count=nelems)
-        # Step plans hold views of the segments: none may outlive a segment's memory.
-        self._segment_generation += 1
+        # A slot's segments are only ever appended, so (slot, refs) names the memory of a
+        # step plan; a slot that grew moves its steps to new refs, and the old plans
+        # (views and update buffers) would only hold memory.
         _PLAN_CACHE.clear()
 
     def map_segment(self, slot: int, index: int, path: str, nelems: int) -> None:
@@ -462,7 +462,7 @@ class Worker:
                                        arrays, self.svd_vectors, release,
                                        layout_key=self.layout_keys[msg["layout_id"]],
                                        pause=pause,
-                                       arrays_key=(slot, self._segment_generation, tuple(refs)))
+                                       arrays_key=(slot, tuple(refs)))
         del arrays
         rows = self._step_rows
         for iteration, graph_hash in msg["graphs"]:

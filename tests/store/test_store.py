@@ -183,6 +183,25 @@ def test_shared_memory_is_not_left_behind(tmp_path):
     assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
 
 
+def train_step(rec, net, opt, step, x):
+    """One recorded SGD step on the loss mean(net(x)^2), gradients recorded; returns
+    the output (its .grad retained)."""
+    rec.start_batch(step, x.shape[0])
+    rec.start_iteration()
+    rec.register_tensor("x", x, is_input=True)
+    out = net(x)
+    rec.register_tensor("out", out)
+    loss = out.pow(2).mean()
+    rec.register_tensor("loss", loss, is_loss=True)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    rec.record_current_gradients("loss")
+    rec.finish_iteration()
+    rec.finish_batch()
+    return out
+
+
 def record_one_shard_per_step(root, steps):
     """A trial with one shard per recorded step (flushed after each), writer closed."""
     rec, net = new_recorder(root)
@@ -327,20 +346,7 @@ def test_thread_and_process_writers_write_the_same_rows(tmp_path, monkeypatch):
                              max_num_batch_size_to_record=2)
         rec.track_module("net", net)
         for step in range(20):
-            x = torch.randn(6, 3)
-            rec.start_batch(step, 6)
-            rec.start_iteration()
-            rec.register_tensor("x", x, is_input=True)
-            out = net(x)
-            rec.register_tensor("out", out)
-            loss = out.pow(2).mean()
-            rec.register_tensor("loss", loss, is_loss=True)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            rec.record_current_gradients("loss")
-            rec.finish_iteration()
-            rec.finish_batch()
+            train_step(rec, net, opt, step, torch.randn(6, 3))
         rec.finalize()
         [f] = (tmp_path / mode / "g/trials/t/tensors").iterdir()
         tables[mode] = pq.read_table(f).drop_columns(["trial_id"])
@@ -644,3 +650,31 @@ def test_slots_keep_their_segments_and_later_slots_start_at_the_size_needed(tmp_
     for step, x in inputs.items():
         r = g.read_tensor("t", step, 0, "x", "x", "forward", "sample", 3)
         np.testing.assert_array_equal(r.values, x[3].detach().numpy())
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_every_step_of_a_long_recording_has_its_own_numbers(tmp_path, monkeypatch, mode):
+    """The writer reuses a step's plan (views of a slot, update buffer) for later steps in
+    the same slot: every recorded step must still show its own values, gradients and
+    parameter updates, not those of the step the plan was made for."""
+    monkeypatch.setenv("COMGRA_LIKE_WRITER", mode)
+    torch.manual_seed(1)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(30)))
+    rec.track_module("net", net)
+    expected = {}
+    for step in range(30):
+        before = net.weight.detach().clone()
+        out = train_step(rec, net, opt, step, torch.randn(4, 3))
+        expected[step] = (out.detach().mean(0).numpy(), out.grad[2].numpy(),
+                          (net.weight.detach() - before).abs().max().item())
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    for step, (out_mean, out_grad, update_max) in expected.items():
+        got = g.read_tensor("t", step, 0, "out", "out", "forward", "batch_mean")
+        np.testing.assert_allclose(got.values, out_mean, rtol=1e-5, atol=1e-7, err_msg=step)
+        got = g.read_tensor("t", step, 0, "out", "out", "gradient:loss", "sample", 2)
+        np.testing.assert_allclose(got.values, out_grad, rtol=1e-5, atol=1e-9, err_msg=step)
+        upd = g.read_tensor("t", step, -1, "net.weight", "net.weight", "update", "none")
+        assert abs(upd.stats["abs_max"] - update_max) <= 1e-6 * update_max + 1e-9, step
