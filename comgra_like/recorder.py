@@ -61,6 +61,7 @@ class _Registration:
     alias_of: int | None = None
     param_index: int = -1
     sig: tuple = ()  # everything about it that the graph structure shows
+    sig_id: int = -1  # a small int that stands for ``sig`` (see ComgraRecorder._sig_id)
 
 
 @dataclass(eq=False)
@@ -188,6 +189,7 @@ class ComgraRecorder:
         self._valid_types: set[str] = set()  # types of execution that passed the check
         self._param_template: tuple[list, _Batch] | None = None  # see _new_batch
         self._msg_parts: dict[tuple, tuple[int, str]] = {}  # see _write_batch
+        self._json_parts: dict[tuple, str] = {}  # see _write_batch
         self._plan_ids = itertools.count()
         self._all_types_known = False
         self._record_by_default = True
@@ -201,6 +203,12 @@ class ComgraRecorder:
         self._kpi_last_submit = time.monotonic()
         self._seen_graphs: set[str] = set()
         self._graph_keys: dict[tuple, str] = {}
+        # Registration signatures as small ints for the cache keys of every recorded step
+        # (a key of ints hashes in a fraction of the time of one of nested tuples). Ids
+        # are never reused, so a key made before the table was emptied cannot match a
+        # different signature afterwards.
+        self._sig_ids: dict[tuple, int] = {}
+        self._sig_counter = itertools.count()
         self._recorded_steps = 0
 
     # ----- metadata ---------------------------------------------------------------------
@@ -366,11 +374,8 @@ class ComgraRecorder:
         if template is None or template[0] != key:
             self._batch = model = _Batch()
             for i, p in enumerate(self._params):
-                self._add_registration(
-                    tensor_name=p.full_name, tensor=p.tensor, node=p.node, role=p.role,
-                    kind="parameter", iteration=-1, batch_dim=None, per_sample=False,
-                    with_values=False, param_index=i,
-                )
+                self._add_registration(p.full_name, p.tensor, p.node, p.role, "parameter", -1,
+                                       None, False, False, None, i, p.tensor.grad_fn)
             template = self._param_template = (key, model)
         model = template[1]
         batch = _Batch(
@@ -518,17 +523,17 @@ class ComgraRecorder:
             if not tensor.is_leaf:  # pragma: no cover - a non-leaf always requires grad
                 raise RegistrationError(f"{tensor_name!r} cannot be made to require a gradient")
             tensor.requires_grad_(True)
-        if tensor.grad_fn is not None:
+        grad_fn = tensor.grad_fn
+        if grad_fn is not None:
             tensor.retain_grad()
-        self._add_registration(
-            tensor_name=tensor_name, tensor=tensor, node=node, role=role, kind=kind,
-            iteration=iteration, batch_dim=batch_dim, per_sample=per_sample,
-            with_values=with_values, alias_of=alias.rid if alias is not None else None,
-        )
+        self._add_registration(tensor_name, tensor, node, role, kind, iteration, batch_dim,
+                               per_sample, with_values,
+                               alias.rid if alias is not None else None, -1, grad_fn)
 
-    def _add_registration(self, *, tensor_name, tensor, node, role, kind, iteration, batch_dim,
-                          per_sample, with_values, alias_of=None,
-                          param_index=-1) -> _Registration:
+    def _add_registration(self, tensor_name, tensor, node, role, kind, iteration, batch_dim,
+                          per_sample, with_values, alias_of, param_index,
+                          grad_fn) -> _Registration:
+        """Book a registration (``grad_fn``: the tensor's, read once by the caller)."""
         batch = self._batch
         if (tensor_name, iteration) in batch.by_name:
             raise RegistrationError(
@@ -541,24 +546,28 @@ class ComgraRecorder:
                 f"of step {self.training_step} (while registering {tensor_name!r}); pass a "
                 "different role_within_node"
             )
-        reg = _Registration(
-            rid=len(batch.regs), tensor_name=tensor_name, node=node, role=role, kind=kind,
-            iteration=iteration, batch_dim=batch_dim, per_sample=per_sample,
-            with_values=with_values, tensor=tensor, alias_of=alias_of, param_index=param_index,
-        )
+        reg = _Registration(len(batch.regs), tensor_name, node, role, kind, iteration, batch_dim,
+                            per_sample, with_values, tensor, alias_of, param_index)
         shape = list(tensor.shape)
         if batch_dim is not None:
             shape[batch_dim] = -1
-        reg.sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of,
-                   param_index, per_sample, with_values, batch_dim, tensor.dtype)
+        reg.sig = sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of,
+                         param_index, per_sample, with_values, batch_dim, tensor.dtype)
+        sig_ids = self._sig_ids
+        sig_id = sig_ids.get(sig)
+        if sig_id is None:
+            if len(sig_ids) >= 4096:  # names or shapes that change every step
+                sig_ids.clear()
+            sig_id = sig_ids[sig] = next(self._sig_counter)
+        reg.sig_id = sig_id
         batch.regs.append(reg)
         batch.by_iteration.setdefault(iteration, []).append(reg)
         batch.by_name[(tensor_name, iteration)] = reg
         batch.by_node_role[(node, role, iteration)] = reg
         if alias_of is None:
             batch.by_tensor[id(tensor)] = reg
-            if tensor.grad_fn is not None:
-                batch.owner_fn.setdefault((tensor.grad_fn, tensor.output_nr), reg.rid)
+            if grad_fn is not None:
+                batch.owner_fn.setdefault((grad_fn, tensor.output_nr), reg.rid)
             else:
                 batch.owner_leaf.setdefault(id(tensor), reg.rid)
         return reg
@@ -880,7 +889,7 @@ class ComgraRecorder:
             deps_of.append(deps)
         # Loops build the same structure step after step: a key of plain tuples finds its
         # hash without building, checking and hashing the JSON structure again.
-        key = (iteration, tuple(r.sig for r in regs), tuple(r.rid for r in current),
+        key = (iteration, tuple([r.sig_id for r in regs]), tuple([r.rid for r in current]),
                tuple(tuple(sorted(d)) for d in deps_of))
         digest = self._graph_keys.get(key)
         if digest is not None:
@@ -937,7 +946,7 @@ class ComgraRecorder:
         slot = batch.slot
         single = isinstance(recording_types, str)
         key = (recording_types if single else tuple(recording_types), tuple(slot.fill),
-               self._batch_size, tuple([r.sig for r in regs]))
+               self._batch_size, tuple([r.sig_id for r in regs]))
         plan = slot.plans.get(key)
         if plan is None:
             plan = self._plan_capture(slot, regs, tensors, [recording_types] * len(regs)
@@ -1007,12 +1016,21 @@ class ComgraRecorder:
                 head += ',"layout":' + json.dumps(layout, separators=(",", ":"))
         else:
             head = cached[1]
-        toe = json.dumps(self.type_of_execution)
-        graphs = ",".join(f'[{i},"{h}"]' for i, h in sorted(batch.graphs.items()))
+        # The type of execution and the samples repeat from step to step too.
+        parts_key = (self.type_of_execution, tuple(self._sample_indices),
+                     tuple(self._sample_categories))
+        parts = self._json_parts.get(parts_key)
+        if parts is None:
+            if len(self._json_parts) >= 256:
+                self._json_parts.clear()
+            parts = self._json_parts[parts_key] = (
+                f'"toe":{json.dumps(self.type_of_execution)},'
+                f'"samples":{json.dumps(self._sample_indices)},'
+                f'"categories":{json.dumps(self._sample_categories)}'
+            )
+        graphs = ",".join([f'[{i},"{h}"]' for i, h in sorted(batch.graphs.items())])
         body = (
-            f'{head},"step":{self.training_step},"toe":{toe},'
-            f'"samples":{json.dumps(self._sample_indices)},'
-            f'"categories":{json.dumps(self._sample_categories)},'
+            f'{head},"step":{self.training_step},{parts},'
             f'"batch_size":{self._batch_size},"wall":{time.time()!r},"graphs":[{graphs}]'
         )
         slot, batch.slot = batch.slot, None
