@@ -44,6 +44,7 @@ log = logging.getLogger("comgra_like")
 
 _FORWARD = "forward"
 _UPDATE = "update"
+_MAX_SIG_IDS = 4096  # registration signatures kept as ids before the table starts over
 
 
 @dataclass(eq=False)
@@ -556,7 +557,7 @@ class ComgraRecorder:
         sig_ids = self._sig_ids
         sig_id = sig_ids.get(sig)
         if sig_id is None:
-            if len(sig_ids) >= 4096:  # names or shapes that change every step
+            if len(sig_ids) >= _MAX_SIG_IDS:  # names or shapes that change every step
                 sig_ids.clear()
             sig_id = sig_ids[sig] = next(self._sig_counter)
         reg.sig_id = sig_id

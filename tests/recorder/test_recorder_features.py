@@ -128,3 +128,35 @@ def test_deep_model_has_no_recursion_limit(tmp_path):
     rec.finalize()
     graph = open_group(tmp_path / "g").read_graph("t", 0, 0)
     assert {(e.source, e.target) for e in graph.edges} == {("x", "deep")}
+
+
+def test_signature_ids_are_not_reused_after_the_table_starts_over(tmp_path, monkeypatch):
+    """Capture plans and graphs are cached under registration-signature ids; when the id
+    table is emptied, new signatures must get new ids, or a step registering other names
+    would reuse another step's cached layout and be stored under the wrong names."""
+    from comgra_like import recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "_MAX_SIG_IDS", 3)
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 3)
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(8)))
+    rec.track_module("net", net)
+    names = {}
+    for step in range(8):
+        # Two sets of names in turn, same shapes: only the names tell the steps apart.
+        first, second = ("a", "b") if step % 3 == 0 else ("c", "d")
+        names[step] = {first, second}
+        rec.start_batch(step, 4)
+        rec.start_iteration()
+        x = torch.randn(4, 3)
+        rec.register_tensor(first, x, is_input=True)
+        rec.register_tensor(second, net(x))
+        rec.finish_iteration()
+        rec.finish_batch()
+    rec.finalize()
+    g = open_group(tmp_path / "g")
+    for step, expected in names.items():
+        stored = set(g.list_tensors("t", step)["node"]) - {"net.weight", "net.bias"}
+        assert stored == expected, step
+        graph = g.read_graph("t", step, 0)
+        assert {(e.source, e.target) for e in graph.edges} >= {tuple(sorted(expected))}
