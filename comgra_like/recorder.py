@@ -61,8 +61,9 @@ class _Registration:
     tensor: torch.Tensor
     alias_of: int | None = None
     param_index: int = -1
-    sig: tuple = ()  # everything about it that the graph structure shows
-    sig_id: int = -1  # a small int that stands for ``sig`` (see ComgraRecorder._sig_id)
+    # A small int for everything about it that the graph structure and the capture
+    # layout show (name, node, role, kind, shape, flags, dtype): see ComgraRecorder._sig_ids
+    sig_id: int = -1
 
 
 @dataclass(eq=False)
@@ -552,8 +553,8 @@ class ComgraRecorder:
         shape = list(tensor.shape)
         if batch_dim is not None:
             shape[batch_dim] = -1
-        reg.sig = sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of,
-                         param_index, per_sample, with_values, batch_dim, tensor.dtype)
+        sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of, param_index,
+               per_sample, with_values, batch_dim, tensor.dtype)
         sig_ids = self._sig_ids
         sig_id = sig_ids.get(sig)
         if sig_id is None:
