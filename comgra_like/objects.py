@@ -58,12 +58,15 @@ class DecisionMakerForRecordingsFrequencyPerType(DecisionMakerForRecordings):
     """
 
     def __init__(self, min_training_steps_difference: int, exponential_backoff_factor: float = 1.0):
-        if not isinstance(min_training_steps_difference, int) or min_training_steps_difference < 1:
+        if (not isinstance(min_training_steps_difference, int)
+                or isinstance(min_training_steps_difference, bool)
+                or min_training_steps_difference < 1):
             raise ConfigurationError(
                 "min_training_steps_difference must be a positive integer, got "
                 f"{min_training_steps_difference!r}"
             )
-        if not exponential_backoff_factor >= 1.0:
+        if isinstance(exponential_backoff_factor, bool) or not isinstance(
+                exponential_backoff_factor, (int, float)) or not exponential_backoff_factor >= 1.0:
             raise ConfigurationError(
                 "exponential_backoff_factor must be >= 1.0 (1.0 keeps a constant gap), got "
                 f"{exponential_backoff_factor!r}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import numbers
 import platform
 import shutil
 import time
@@ -32,12 +33,18 @@ from .errors import (
     GraphError,
     RecordingDecisionError,
     RegistrationError,
+    StorageError,
     TrainingStepError,
 )
 from .objects import DecisionMakerForRecordings
 from .store.client import Slot, WriterClient
 from .store.compaction import compact_trial
-from .store.schema import SCHEMA_VERSION, TRIAL_ID_PATTERN, TYPE_OF_EXECUTION_PATTERN
+from .store.schema import (
+    MAX_TRIAL_ID_LENGTH,
+    SCHEMA_VERSION,
+    TRIAL_ID_PATTERN,
+    TYPE_OF_EXECUTION_PATTERN,
+)
 from .store.writer import append_jsonl, write_json
 
 log = logging.getLogger("comgra_like")
@@ -107,6 +114,13 @@ class _Batch:
     slot: Slot | None = None  # shared memory the captures are copied into
     plans: list[_CapturePlan] = field(default_factory=list)  # the captures, in order
     gradient_groups: set[str] = field(default_factory=set)
+    # rid -> (the .grad tensor, its _version) when last seen: a gradient that is still the
+    # same is not new (record_current_gradients before backward() would store old ones)
+    grad_marks: dict[int, tuple] = field(default_factory=dict)
+    # Leaves that register_tensor() made require a gradient (rid -> name), and the rids
+    # the iterations' graphs found a dependency on: see _warn_unused_leaves
+    made_grad: dict[int, str] = field(default_factory=dict)
+    depended_on: set[int] = field(default_factory=set)
     graphs: dict[int, str] = field(default_factory=dict)  # iteration -> graph hash
     pending_kpis: list[tuple] = field(default_factory=list)
     walker: DependencyWalker | None = None
@@ -136,6 +150,7 @@ class ComgraRecorder:
         self._stage = "idle"
         self._recording = False
         self._finalized = False
+        self._decision_called = False  # decide_recording_of_batch() in this step
         self._modules: dict[int, str] = {}  # id(module) -> full name
         if not self.comgra_is_active:
             return
@@ -155,13 +170,16 @@ class ComgraRecorder:
         trial_id = str(trial_id)
         if not TRIAL_ID_PATTERN.match(trial_id):
             raise ConfigurationError(
-                f"trial_id {trial_id!r} may only contain letters, digits, '.', '_' and '-'"
+                f"trial_id {trial_id!r} is not a valid trial id: use 1 to "
+                f"{MAX_TRIAL_ID_LENGTH} letters, digits, '.', '_' and '-', not starting with "
+                "'.' (e.g. 'run-3' or 'lr_0.01')"
             )
         group = str(group)
-        if not group or group in (".", "..") or "/" in group or "\\" in group:
+        if (not group or group in (".", "..") or "/" in group or "\\" in group
+                or any(c in group for c in "\n\r\0")):
             raise ConfigurationError(
-                f"group {group!r} must be one folder name (no path separators); put the "
-                "parent folders into comgra_root_path"
+                f"group {group!r} must be one folder name (no path separators, no line "
+                "breaks); put the parent folders into comgra_root_path"
             )
         self.decision_maker = decision_maker_for_recordings
         self.max_num_batch_size_to_record = max_num_batch_size_to_record
@@ -171,10 +189,7 @@ class ComgraRecorder:
         self.trial_id = trial_id
         self.group_path = Path(comgra_root_path) / group
         self.trial_path = self.group_path / "trials" / trial_id
-        if self.trial_path.exists():
-            log.warning("comgra_like: replacing the existing recording %s", self.trial_path)
-            shutil.rmtree(self.trial_path)
-        self.trial_path.mkdir(parents=True)
+        _prepare_trial_folder(self.trial_path)
         self._created = time.time()
         self._settings = {
             "max_num_batch_size_to_record": max_num_batch_size_to_record,
@@ -212,6 +227,8 @@ class ComgraRecorder:
         self._sig_ids: dict[tuple, int] = {}
         self._sig_counter = itertools.count()
         self._recorded_steps = 0
+        self._warned_no_gradients = False
+        self._warned_unused: set[str] = set()
 
     # ----- metadata ---------------------------------------------------------------------
 
@@ -291,9 +308,15 @@ class ComgraRecorder:
 
     def add_note(self, note) -> None:
         """Store a line of text for the Notes page (and log it)."""
-        log.info("comgra_like note: %s", note)
         if not self.comgra_is_active:
+            log.info("comgra_like note: %s", note)
             return
+        if self._finalized:
+            raise CallOrderError(
+                f"add_note({str(note)[:60]!r}) was called after finalize(): the trial is "
+                "finished and its files are final; add notes before finalize()"
+            )
+        log.info("comgra_like note: %s", note)
         append_jsonl(self.trial_path / "notes.jsonl", {"text": str(note), "wall_time": time.time(),
                                                       "training_step": self.training_step})
 
@@ -321,6 +344,8 @@ class ComgraRecorder:
             )
         if self._finalized:
             raise CallOrderError("start_batch() called after finalize()")
+        if type(training_step) is not int or not -_INT64_MIN_ABS <= training_step <= _INT64_MAX:
+            training_step = _as_step(training_step, "start_batch(training_step=...)")
         if self.training_step is not None and not training_step > self.training_step:
             raise TrainingStepError(
                 f"training_step must strictly increase: got {training_step} after "
@@ -329,10 +354,6 @@ class ComgraRecorder:
         if type_of_execution is not None and type_of_execution not in self._valid_types:
             self._check_type_of_execution(type_of_execution)
             self._valid_types.add(type_of_execution)
-        self.training_step = training_step
-        self.type_of_execution = type_of_execution
-        self.iteration = None
-        self._stage = "batch"
         if override__recording_is_active is not None:
             record = bool(override__recording_is_active)
         elif type_of_execution is None:
@@ -340,17 +361,34 @@ class ComgraRecorder:
                 training_step, self._known_types))
         else:
             record = self.decision_maker.is_record_on_this_step(training_step, type_of_execution)
+        # Everything that can reject the call is checked before the state changes, so that
+        # after the error the loop can call start_batch() again.
+        if record:
+            if not self._params and not self._modules:
+                raise CallOrderError(
+                    "no module is tracked: call track_module(name, model) before recording"
+                )
+            given = current_batch_size
+            if type(current_batch_size) is not int:
+                if not isinstance(current_batch_size, numbers.Integral) or isinstance(
+                        current_batch_size, bool):
+                    current_batch_size = 0  # the error below
+                current_batch_size = int(current_batch_size)
+            if current_batch_size < 1:
+                raise ConfigurationError(
+                    f"start_batch({training_step}, current_batch_size={given!r}): the batch size "
+                    "must be a positive integer (the size of the batch dimension of the "
+                    "tensors you register)"
+                )
+        previous_step = self.training_step
+        self.training_step = training_step
+        self.type_of_execution = type_of_execution
+        self.iteration = None
+        self._stage = "batch"
+        self._decision_called = False
         self._recording = record
         if not record:
             return
-        if not self._params and not self._modules:
-            raise CallOrderError(
-                "no module is tracked: call track_module(name, model) before recording"
-            )
-        if not isinstance(current_batch_size, int) or current_batch_size < 1:
-            raise ConfigurationError(
-                f"current_batch_size must be a positive integer, got {current_batch_size!r}"
-            )
         self._batch_size = current_batch_size
         self._record_by_default = bool(record_all_tensors_per_batch_index_by_default)
         self._decided = type_of_execution is not None
@@ -358,11 +396,23 @@ class ComgraRecorder:
             current_batch_size, self.max_num_batch_size_to_record)
         self._sample_indices = list(range(k))
         self._sample_categories = [""] * k
-        batch = self._batch = self._new_batch()
-        batch.walker = self._make_walker(batch)
-        batch.slot = self._writer.acquire()
-        # The optimizer updates in place: the values before this step are kept now.
-        self._capture(batch.regs, [p.tensor for p in self._params], _FORWARD)
+        try:
+            batch = self._batch = self._new_batch()
+            batch.walker = self._make_walker(batch)
+            batch.slot = self._writer.acquire()
+            # The optimizer updates in place: the values before this step are kept now.
+            self._capture(batch.regs, [p.tensor for p in self._params], _FORWARD)
+            marks = batch.grad_marks
+            for reg, p in zip(batch.regs, self._params):
+                grad = p.tensor.grad
+                if grad is not None:
+                    marks[reg.rid] = (grad, grad._version)
+        except BaseException:
+            # No slot kept, no step left open: the loop may call start_batch() again.
+            self._drop_batch()
+            self._stage = "idle"
+            self.training_step = previous_step
+            raise
 
     def _new_batch(self) -> _Batch:
         """A batch that holds the parameters' registrations (they come first, in order).
@@ -472,6 +522,11 @@ class ComgraRecorder:
                 f"{tensor_name!r}: recording_type must be 'neuron', 'kpis' or None, got "
                 f"{recording_type!r}"
             )
+        if tensor.is_meta:
+            raise RegistrationError(
+                f"{tensor_name!r} is on the meta device and has no values to record; register "
+                "a tensor with data (e.g. after model.to_empty(device='cpu') and initialising it)"
+            )
         if not (tensor.is_floating_point() or tensor.is_complex()):
             raise RegistrationError(
                 f"{tensor_name!r} has dtype {tensor.dtype}, which cannot require a gradient. "
@@ -521,16 +576,20 @@ class ComgraRecorder:
         alias = batch.by_tensor.get(id(tensor))
         if alias is not None and alias.tensor is not tensor:
             alias = None
-        if not tensor.requires_grad:
-            if not tensor.is_leaf:  # pragma: no cover - a non-leaf always requires grad
-                raise RegistrationError(f"{tensor_name!r} cannot be made to require a gradient")
-            tensor.requires_grad_(True)
+        # Booked first (it refuses duplicates), so that a refused registration leaves the
+        # tensor as it was. Making a leaf require a gradient leaves its grad_fn None.
         grad_fn = tensor.grad_fn
+        reg = self._add_registration(tensor_name, tensor, node, role, kind, iteration, batch_dim,
+                                     per_sample, with_values,
+                                     alias.rid if alias is not None else None, -1, grad_fn)
         if grad_fn is not None:
             tensor.retain_grad()
-        self._add_registration(tensor_name, tensor, node, role, kind, iteration, batch_dim,
-                               per_sample, with_values,
-                               alias.rid if alias is not None else None, -1, grad_fn)
+        elif not tensor.requires_grad and not tensor.is_inference():
+            # (A tensor made under torch.inference_mode(), e.g. in a validation loop, can
+            # never require a gradient: it is recorded with its values, without edges.)
+            tensor.requires_grad_(True)
+            if kind != "parameter" and alias is None:
+                batch.made_grad[reg.rid] = tensor_name
 
     def _add_registration(self, tensor_name, tensor, node, role, kind, iteration, batch_dim,
                           per_sample, with_values, alias_of, param_index,
@@ -623,6 +682,11 @@ class ComgraRecorder:
 
     def detach_while_keeping_connection(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor.detach()``, but still connected to ``tensor`` in the dependency graph."""
+        if not isinstance(tensor, torch.Tensor):
+            raise RegistrationError(
+                "detach_while_keeping_connection() needs a torch.Tensor, got "
+                f"{type(tensor).__name__}; pass the tensor whose detached copy you need"
+            )
         res = tensor.detach()
         if self._recording:
             self.add_tensor_connection(tensor, res)
@@ -652,8 +716,9 @@ class ComgraRecorder:
                 f"gradients of loss group {name!r} were recorded already in step "
                 f"{self.training_step}; use a different name for each call in one batch"
             )
-        batch.gradient_groups.add(name)
         regs, grads = [], []
+        marks = batch.grad_marks
+        fresh = False
         for reg in batch.regs:
             if reg.alias_of is not None:
                 continue
@@ -661,6 +726,24 @@ class ComgraRecorder:
             if grad is not None:
                 regs.append(reg)
                 grads.append(grad)
+                if not fresh:
+                    mark = marks.get(reg.rid)
+                    fresh = mark is None or mark[0] is not grad or mark[1] != grad._version
+        if regs and not fresh:
+            raise CallOrderError(
+                f"record_current_gradients({name!r}) in step {self.training_step}: no "
+                "gradient changed since start_batch() or the last record_current_gradients(), "
+                "so these are old gradients. Call it after loss.backward()"
+            )
+        if not regs and not self._warned_no_gradients:
+            self._warned_no_gradients = True
+            log.warning(
+                "comgra_like: record_current_gradients(%r) in step %s found no gradient on any "
+                "registered tensor; call it after loss.backward() (this warning is shown once)",
+                name, self.training_step)
+        for reg, grad in zip(regs, grads):
+            marks[reg.rid] = (grad, grad._version)
+        batch.gradient_groups.add(name)
         self._capture(regs, grads, f"gradient:{name}")
         if set_gradients_to_zero_if_not_a_parameter:
             for reg in regs:
@@ -685,32 +768,51 @@ class ComgraRecorder:
             return
         if self._stage == "idle":
             raise CallOrderError("decide_recording_of_batch() must be called inside a batch")
+        if self._decision_called:
+            raise RecordingDecisionError(
+                f"decide_recording_of_batch() was called twice in step {self.training_step}; "
+                "call it once per step started with type_of_execution=None"
+            )
         if self.type_of_execution is not None:
             raise RecordingDecisionError(
                 "decide_recording_of_batch() is only for batches started with "
                 f"type_of_execution=None; this one has {self.type_of_execution!r}"
             )
-        if not self._recording:
-            return
-        if self._decided:
-            raise RecordingDecisionError("decide_recording_of_batch() was called twice in one batch")
-        if type_of_execution is None:
-            self._drop_batch()
-            return
-        self._check_type_of_execution(type_of_execution)
-        self.type_of_execution = type_of_execution
-        self._decided = True
-        if not self.decision_maker.is_record_on_this_step(self.training_step, type_of_execution):
-            self._drop_batch()
-            return
-        if category_per_sample is not None:
-            cats = [str(c) for c in (category_per_sample.tolist() if hasattr(
-                category_per_sample, "tolist") else category_per_sample)]
+        if type_of_execution is not None:
+            self._check_type_of_execution(type_of_execution)
+        cats = None
+        if self._recording and type_of_execution is not None and category_per_sample is not None:
+            if isinstance(category_per_sample, (str, bytes)):
+                raise RecordingDecisionError(
+                    "category_per_sample must hold one category per sample (a list or a "
+                    f"tensor), got the string {category_per_sample!r}"
+                )
+            try:
+                cats = [str(c) for c in (category_per_sample.tolist() if hasattr(
+                    category_per_sample, "tolist") else category_per_sample)]
+            except TypeError:
+                raise RecordingDecisionError(
+                    "category_per_sample must hold one category per sample (a list or a "
+                    f"tensor), got {type(category_per_sample).__name__}"
+                ) from None
             if len(cats) != self._batch_size:
                 raise RecordingDecisionError(
                     f"category_per_sample has {len(cats)} entries but the batch has "
                     f"{self._batch_size} samples"
                 )
+        # Checked: from here on the call cannot fail.
+        self._decision_called = True
+        if not self._recording:
+            return
+        if type_of_execution is None:
+            self._drop_batch()
+            return
+        self.type_of_execution = type_of_execution
+        self._decided = True
+        if not self.decision_maker.is_record_on_this_step(self.training_step, type_of_execution):
+            self._drop_batch()
+            return
+        if cats is not None:
             k = len(self._sample_indices)
             self._sample_indices, self._sample_categories = _round_robin(cats, k)
         for args in self._batch.pending_kpis:
@@ -741,11 +843,17 @@ class ComgraRecorder:
             raise CallOrderError("finish_batch() without start_batch()")
         self._stage = "idle"
         if self._recording and not self._decided:
+            # The step ends unrecorded; its slot goes back, so a loop that catches this
+            # error can go on.
+            self._drop_batch()
             raise RecordingDecisionError(
                 f"step {self.training_step} was started with type_of_execution=None but "
-                "decide_recording_of_batch() was never called; call it before finish_batch()"
+                "decide_recording_of_batch() was never called, so it is not recorded; call "
+                "decide_recording_of_batch() before finish_batch()"
             )
         if self._recording:
+            if self._batch.made_grad:
+                self._warn_unused_leaves(self._batch)
             try:
                 self._write_batch()
             finally:
@@ -757,10 +865,33 @@ class ComgraRecorder:
         if self._kpi_rows and time.monotonic() - self._kpi_last_submit > 1.0:
             self._submit_kpis()
 
+    def _warn_unused_leaves(self, batch: _Batch) -> None:
+        """Warn (once per name) about registered leaves that nothing registered uses.
+
+        A tensor that did not require a gradient when it was used leaves no trace in the
+        autograd graph, so registering it afterwards cannot connect it: its edges are lost.
+        """
+        for rid, name in batch.made_grad.items():
+            if rid not in batch.depended_on and name not in self._warned_unused:
+                self._warned_unused.add(name)
+                log.warning(
+                    "comgra_like: step %s: nothing registered depends on %r in the dependency "
+                    "graph. If it was used before register_tensor(%r, ...) was called, its "
+                    "edges are lost: register a tensor right after creating it, before using "
+                    "it (this warning is shown once per name)",
+                    self.training_step, name, name)
+
     def finalize(self) -> None:
         """Write everything still buffered, compact the trial and mark it finished."""
         if not self.comgra_is_active or self._finalized:
             return
+        if self._stage != "idle":
+            log.warning(
+                "comgra_like: finalize() was called inside step %s (finish_batch() was not "
+                "called), so that step is not recorded; call finish_batch() before finalize()",
+                self.training_step)
+            self._drop_batch()
+            self._stage = "idle"
         self._finalized = True
         self._submit_kpis()
         self._writer.close()
@@ -776,6 +907,11 @@ class ComgraRecorder:
             return
         if not self._recording and not record_even_if_recording_is_inactive:
             return
+        if self._finalized:
+            raise CallOrderError(
+                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}) was called after finalize(): "
+                "the trial is finished; record KPIs before finalize()"
+            )
         if isinstance(val, torch.Tensor):
             if val.numel() != 1:
                 raise ConfigurationError(
@@ -785,7 +921,7 @@ class ComgraRecorder:
             val = val.item()
         try:
             val = float(val)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigurationError(
                 f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is not a number"
             ) from None
@@ -796,7 +932,10 @@ class ComgraRecorder:
                     "start_batch() first or pass timepoint="
                 )
             timepoint = self.training_step
-        args = (str(kpi_group), str(kpi_name), int(timepoint), val)
+        elif type(timepoint) is not int or not -_INT64_MIN_ABS <= timepoint <= _INT64_MAX:
+            timepoint = _as_step(timepoint, f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}, "
+                                            "timepoint=...)")
+        args = (str(kpi_group), str(kpi_name), timepoint, val)
         if self._recording and not self._decided:
             self._batch.pending_kpis.append(args)
         else:
@@ -889,6 +1028,8 @@ class ComgraRecorder:
             deps |= batch.conn_reg.get(r.rid, set())
             deps.discard(r.rid)
             deps_of.append(deps)
+        if batch.made_grad:
+            batch.depended_on.update(*deps_of)
         # Loops build the same structure step after step: a key of plain tuples finds its
         # hash without building, checking and hashing the JSON structure again.
         key = (iteration, tuple([r.sig_id for r in regs]), tuple([r.rid for r in current]),
@@ -1061,3 +1202,66 @@ def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:
                 pos[c] += 1
     order = sorted(picked)
     return order, [categories[i] for i in order]
+
+
+def _prepare_trial_folder(trial_path: Path) -> None:
+    """Create the trial's folder, replacing an earlier recording of the same trial.
+
+    Replacing deletes nothing but that trial's own folder: the resolved path must sit
+    directly in the group's ``trials`` folder, and a symbolic link is refused rather than
+    followed. Folders that cannot be made give a StorageError that names them.
+    """
+    trials = trial_path.parent
+    try:
+        trials.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(
+            f"cannot create the folder {trials} for the recording ({type(e).__name__}: "
+            f"{e.strerror or e}); check that comgra_root_path is a folder (not a file) you can "
+            "write to"
+        ) from None
+    if trial_path.is_symlink():
+        raise StorageError(
+            f"{trial_path} is a symbolic link; a recording replaces its trial folder and will "
+            "not delete what a link points to. Remove the link or choose another trial_id"
+        )
+    if trial_path.exists():
+        if trial_path.resolve().parent != trials.resolve() or not trial_path.is_dir():
+            raise StorageError(
+                f"{trial_path} exists and is not a trial folder inside {trials}; remove it or "
+                "choose another trial_id"
+            )
+        log.warning("comgra_like: replacing the existing recording %s", trial_path)
+        try:
+            shutil.rmtree(trial_path)
+        except OSError as e:
+            raise StorageError(
+                f"cannot delete the earlier recording {trial_path} to replace it ({e}); "
+                "delete it by hand or choose another trial_id"
+            ) from None
+    try:
+        trial_path.mkdir()
+    except OSError as e:
+        raise StorageError(
+            f"cannot create the trial folder {trial_path} ({type(e).__name__}: "
+            f"{e.strerror or e}); check that the folder is writable"
+        ) from None
+
+
+_INT64_MAX = 2**63 - 1
+_INT64_MIN_ABS = 2**63
+
+
+def _as_step(value, what: str) -> int:
+    """An int64 training step or timepoint; a ConfigurationError that names ``value`` else."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+        if -_INT64_MIN_ABS <= value <= _INT64_MAX:
+            return value
+        raise ConfigurationError(
+            f"{what}: {value} does not fit into a 64-bit integer; count steps from 0"
+        )
+    raise ConfigurationError(
+        f"{what}: expected an integer, got {value!r} ({type(value).__name__}); pass the "
+        "number of the training step as an int"
+    )

@@ -26,8 +26,12 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 """Bumped whenever a reader of an older version could misread new files."""
 
-TRIAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
-TYPE_OF_EXECUTION_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+# A trial id is one folder name: no leading dot (readers skip hidden names, and '.' and
+# '..' are not folders of their own), at most 128 characters (file systems allow 255
+# bytes per name), and \Z rather than $, which would accept a trailing newline.
+MAX_TRIAL_ID_LENGTH = 128
+TRIAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}\Z")
+TYPE_OF_EXECUTION_PATTERN = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 TABLES = ("steps", "tensors", "kpis")
 
