@@ -170,20 +170,26 @@ def relax(
     """The valid selection nearest to ``wanted``, keeping the field ``keep`` as wanted.
 
     Depth-first over CHAIN, each field's options nearest-first: an earlier field only
-    changes when no value of the later fields fits. If ``wanted[keep]`` is impossible,
-    ``keep`` is ignored. If no complete combination exists (a trial without recorded
-    steps yet), the deepest partial one is returned with the rest set to None.
+    changes when no value of the later fields fits, but the trial stays the wanted one
+    (the same step of another trial is not what was asked for). If ``wanted[keep]`` is
+    impossible there (say a step whose data is damaged), ``keep`` is ignored: the
+    nearest valid selection is returned. If no complete combination exists (a trial
+    without recorded steps yet), the deepest partial one is returned with the rest set
+    to None.
     """
+    kept = set()
+    if keep is not None:
+        kept = {keep} if keep == CHAIN[0] or wanted.get(CHAIN[0]) is None else {CHAIN[0], keep}
     visits = 0
     deepest: dict[str, Any] = {}
 
-    def search(depth: int, assigned: dict[str, Any], keep_field: str | None) -> dict | None:
+    def search(depth: int, assigned: dict[str, Any], keep_fields: set[str]) -> dict | None:
         nonlocal visits, deepest
         if depth == len(CHAIN):
             return assigned
         field = CHAIN[depth]
         options = list(source.options(field, assigned))
-        if field == keep_field:
+        if field in keep_fields:
             candidates = [wanted.get(field)] if wanted.get(field) in options else []
         else:
             candidates = rank_options(field, options, wanted.get(field))
@@ -194,15 +200,15 @@ def relax(
             extended = {**assigned, field: value}
             if len(extended) > len(deepest):
                 deepest = extended
-            found = search(depth + 1, extended, keep_field)
+            found = search(depth + 1, extended, keep_fields)
             if found is not None:
                 return found
         return None
 
-    result = search(0, {}, keep) if keep is not None else None
+    result = search(0, {}, kept) if kept else None
     if result is None:
         visits = 0
-        result = search(0, {}, None)
+        result = search(0, {}, set())
     if result is None:
         result = deepest
     return {field: result.get(field) for field in CHAIN}
@@ -257,10 +263,21 @@ def choose(
     return new
 
 
+#: ◀ ▶ step over at most this many options that show nothing before they give up.
+MAX_NUDGE_SKIPS = 20
+
+
 def nudge(
     state: Mapping[str, Any] | None, field: str, delta: int, source: OptionSource
 ) -> dict[str, Any]:
-    """◀ / ▶: move ``field`` to the previous/next of its current options (clamped)."""
+    """◀ / ▶: move ``field`` to the previous/next of its current options (clamped).
+
+    An option with nothing to show (its data is in a damaged file, or not written yet)
+    would relax back to where the selection was, or into another trial; it is stepped
+    over (up to :data:`MAX_NUDGE_SKIPS` of them), so that ◀ ▶ never get stuck in front of
+    it. The fields before ``field`` never change; with no option left in that direction
+    the selection stays.
+    """
     new = _normalized(state)
     options = field_options(new["current"], field, source)
     if not options:
@@ -271,7 +288,18 @@ def nudge(
     else:
         position = 0 if delta > 0 else len(options) - 1
     position = max(0, min(len(options) - 1, position))
-    return choose(new, field, options[position], source)
+    upstream = CHAIN[: CHAIN.index(field)]
+    for _ in range(MAX_NUDGE_SKIPS + 1):
+        result = choose(new, field, options[position], source)
+        shown = result["current"]
+        if shown.get(field) == options[position] and all(
+            shown.get(f) == new["current"].get(f) for f in upstream
+        ):
+            return result
+        position += delta
+        if not 0 <= position < len(options):
+            break
+    return refresh(new, source)
 
 
 def field_options(current: Mapping[str, Any], field: str, source: OptionSource) -> list[Any]:

@@ -35,6 +35,8 @@ DEFAULT_CACHE_BYTES = 256 * 2**20
 PREFETCH_QUIET_SECONDS = 0.15
 #: ... and at the latest this long after it was asked for, busy or not.
 PREFETCH_MAX_WAIT_SECONDS = 3.0
+#: At most this many unforeseen read failures are kept for the banner (the log has all).
+MAX_READ_PROBLEMS = 50
 log = logging.getLogger("comgra_like.app")
 
 
@@ -182,6 +184,8 @@ class AppState:
         self._last_refresh = 0.0
         self._last_data_time: float | None = None
         self._trial_versions: dict[str, int] = {}
+        # reads that failed in a way the query API did not foresee: where -> why
+        self._read_problems: dict[str, str] = {}
         self.timings = Timings()
         # prefetch: the newest wish (keys of the neighbours of the step last shown) waits
         # in _prefetch_wish until the callbacks are done; an older wish is dropped.
@@ -242,12 +246,40 @@ class AppState:
         group = self._group
         if group is None:
             return DataStatus(0, (), None, (), self._problem)
-        skipped = tuple((str(s.path), str(s.reason)) for s in group.skipped)
+        skipped = tuple((self._shown_path(s.path), str(s.reason)) for s in group.skipped)
+        with self._lock:
+            skipped += tuple(self._read_problems.items())
         problem = self._problem
         trials = tuple((t.trial_id, str(t.status)) for t in group.list_trials())
         if problem is None and not trials:
             problem = f"No trials in {self.path} yet; waiting for the recorder to write some."
         return DataStatus(int(group.version), trials, self._last_data_time, skipped, problem)
+
+    def _shown_path(self, path: str) -> str:
+        """A skipped file's path as the banner shows it: inside the group folder."""
+        try:
+            return Path(path).relative_to(self.path).as_posix()
+        except ValueError:
+            return str(path)
+
+    def _safely(self, where: str, read: Callable[[], Any], default: Any) -> Any:
+        """``read()``, or ``default`` when the data is missing or damaged.
+
+        The query API reports damaged files itself (``Group.skipped``); anything else that
+        fails is a problem nobody foresaw: it is logged and shown in the banner under
+        ``where``, and the page goes on without that piece.
+        """
+        try:
+            return read()
+        except ComgraError:
+            return default
+        except Exception as exc:  # one unreadable piece must not break the page
+            log.exception("reading %s failed", where)
+            text = " ".join(str(exc).split())
+            with self._lock:
+                if len(self._read_problems) < MAX_READ_PROBLEMS:
+                    self._read_problems[where] = f"reading failed ({type(exc).__name__}: {text})"
+            return default
 
     def trial_version(self, trial_id: str | None) -> int:
         """Grows whenever a refresh found something new in the trial (0: unknown trial)."""
@@ -281,7 +313,9 @@ class AppState:
         if self._group is None or trial_id not in self.trial_ids():
             return {}
         key = ("steps", trial_id, self.trial_version(trial_id))
-        return self._cached(key, lambda: self._build_steps(trial_id))
+        return self._cached(
+            key, lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id), {})
+        )
 
     def types_of_execution(self, trial_id: str) -> tuple[str, ...]:
         """The types of execution of a trial's recorded steps, sorted."""
@@ -333,10 +367,11 @@ class AppState:
         digest = info.graph_hashes[iteration]
 
         def read() -> Any:
-            try:
-                return self._group.read_graph(trial_id, training_step, iteration)
-            except NotFoundError:
-                return None
+            return self._safely(
+                f"graph of {trial_id} step {training_step} iteration {iteration}",
+                lambda: self._group.read_graph(trial_id, training_step, iteration),
+                None,
+            )
 
         # A graph's content (and its node iterations) is fixed by its hash and iteration.
         graph = self._cached(("graph", trial_id, digest, iteration), read)
@@ -368,9 +403,12 @@ class AppState:
         key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
 
         def build() -> dict:
-            try:
-                frame = self._group.list_tensors(trial_id, training_step)
-            except NotFoundError:
+            frame = self._safely(
+                f"tensors of {trial_id} step {training_step}",
+                lambda: self._group.list_tensors(trial_id, training_step),
+                None,
+            )
+            if frame is None:  # not written yet, or in a damaged file (reported)
                 return {}
             # Whole columns as lists, not row tuples: iterating Arrow-backed columns row by
             # row cost ~5x more (a step of 20 iterations has ~5,000 rows).

@@ -51,6 +51,7 @@ class TrialChange:
     kpis_changed: bool = False
     notes_changed: bool = False
     status_changed: bool = False
+    repaired_files: int = 0  # damaged tensors shards that changed since and read again
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ class _Trial:
     def __init__(self, path: Path):
         self.path = path
         self.info: TrialInfo | None = None
-        self.info_mtime: float | None = None
+        self.info_signature: tuple[int, int] | None = None
         self.seen: dict[str, set[str]] = {"steps": set(), "tensors": set(), "kpis": set(),
                                           "graphs": set()}
         self.steps_parts: list[pd.DataFrame] = []
@@ -216,8 +217,27 @@ class _Trial:
         self.notes: list[Note] = []
         self.notes_offset = 0
         self.modules: list[ModuleInfo] | None = None
-        self.modules_mtime: float | None = None
+        self.modules_signature: tuple[int, int] | None = None
+        # Damaged files, "<kind>/<name>" -> (signature when found damaged, reason): looked
+        # at again only when their size or modification time changes.
+        self.damaged: dict[str, tuple[tuple[int, int] | None, str]] = {}
+        self.damaged_tensor_files: dict[str, _TensorFile] = {}  # their step ranges
         self.lock = threading.RLock()
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    """(modification time, size) of a file, None if it cannot be looked at: a file that
+    changes (a rewrite, a copy tool, a repair) gets a new signature."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())  # pyarrow's messages span lines
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _empty_steps() -> pd.DataFrame:
@@ -255,12 +275,62 @@ class Group:
         self._trials: dict[str, _Trial] = {}
         self._cache = _LRU(cache_bytes)
         self.version = 0
-        self.skipped: list[SkippedFile] = []
+        self._skipped: dict[str, SkippedFile] = {}  # path -> why, each damaged file once
+        # trial folders whose trial.json could not be used -> its signature then
+        self._rejected: dict[str, tuple[int, int] | None] = {}
         self._lock = threading.RLock()
 
     @property
     def cache_bytes_used(self) -> int:
         return self._cache.bytes
+
+    @property
+    def skipped(self) -> list[SkippedFile]:
+        """The files skipped because they are damaged, each once (a file that was repaired
+        since leaves this list)."""
+        with self._lock:
+            return list(self._skipped.values())
+
+    def _skip(self, path: Path, reason: str, report: list[SkippedFile] | None) -> bool:
+        """Note a damaged file; True (and in ``report``) only the first time, or when the
+        reason changed."""
+        entry = SkippedFile(str(path), reason)
+        with self._lock:
+            if self._skipped.get(entry.path) == entry:
+                return False
+            self._skipped[entry.path] = entry
+        if report is not None:
+            report.append(entry)
+        return True
+
+    def _unskip(self, path: Path) -> bool:
+        with self._lock:
+            return self._skipped.pop(str(path), None) is not None
+
+    def _damaged(self, trial: _Trial, key: str, reason: str,
+                 report: list[SkippedFile] | None) -> bool:
+        """A file of ``trial`` (``key`` = "<kind>/<name>") is damaged: note it there and in
+        :attr:`skipped`."""
+        path = trial.path / key
+        trial.damaged[key] = (_signature(path), reason)
+        return self._skip(path, reason, report)
+
+    def _recheck_damaged(self, trial: _Trial, kind: str, live: list[str] | None) -> list[str]:
+        """Names of ``kind`` noted as damaged that changed since (or are gone): forget
+        them, so that the caller reads them again (their report stays until they read)."""
+        again = []
+        for key in [k for k in trial.damaged if k.startswith(kind + "/")]:
+            name = key[len(kind) + 1:]
+            if live is not None and name not in live:
+                del trial.damaged[key]  # deleted, or replaced by a compaction
+                trial.damaged_tensor_files.pop(name, None)
+                self._unskip(trial.path / key)
+                continue
+            if _signature(trial.path / key) != trial.damaged[key][0]:
+                del trial.damaged[key]
+                trial.damaged_tensor_files.pop(name, None)
+                again.append(name)
+        return again
 
     # ----- refresh -----------------------------------------------------------------------
 
@@ -282,52 +352,71 @@ class Group:
                     continue
                 trial = self._trials.get(name)
                 if trial is None:
+                    # A trial.json that could not be used is looked at again only when
+                    # it changes (it was reported once already).
+                    info_path = trials_dir / name / "trial.json"
+                    if name in self._rejected and self._rejected[name] == _signature(info_path):
+                        continue
                     trial = _Trial(trials_dir / name)
                     if not self._refresh_info(trial, skipped):
+                        self._rejected[name] = trial.info_signature
                         continue
+                    self._rejected.pop(name, None)
                     self._trials[name] = trial
                     new_trials.append(name)
                 change = self._refresh_trial(trial, skipped)
                 if change is not None and name not in new_trials:
                     changed[name] = change
-            for name in list(self._trials):
+            for name in list(self._trials) + list(self._rejected):
                 if name not in names:  # deleted (e.g. replaced by a new run)
-                    del self._trials[name]
-                    self._cache.drop(lambda k, n=name: k[0] == n)
-                    changed[name] = TrialChange(status_changed=True)
-            self.skipped.extend(skipped)
+                    self._rejected.pop(name, None)
+                    self._forget_skipped(trials_dir / name)
+                    if self._trials.pop(name, None) is not None:
+                        self._cache.drop(lambda k, n=name: k[0] == n)
+                        changed[name] = TrialChange(status_changed=True)
             if new_trials or changed or skipped:
                 self.version += 1
             return RefreshReport(self.version, new_trials, changed, skipped)
 
+    def _forget_skipped(self, folder: Path) -> None:
+        prefix = str(folder) + os.sep
+        with self._lock:
+            for path in [p for p in self._skipped if p.startswith(prefix)]:
+                del self._skipped[path]
+
     def _refresh_info(self, trial: _Trial, skipped: list[SkippedFile]) -> bool:
+        """Read trial.json if it changed; whether the trial can be shown."""
         path = trial.path / "trial.json"
-        try:
-            mtime = path.stat().st_mtime_ns
-        except OSError:
+        signature = _signature(path)
+        if signature is None:
+            return trial.info is not None  # not written yet
+        if signature == trial.info_signature:
             return trial.info is not None
-        if mtime == trial.info_mtime:
-            return True
+        trial.info_signature = signature
         try:
             data = json.loads(path.read_text("utf-8"))
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
             version = int(data["schema_version"])
+            info = TrialInfo(
+                trial_id=str(data.get("trial_id", trial.path.name)),
+                status=str(data.get("status", "")),
+                created=float(data.get("created") or 0.0), schema_version=version,
+                settings=dict(data.get("settings") or {}),
+                versions=dict(data.get("versions") or {}),
+            )
         except (OSError, ValueError, KeyError, TypeError) as e:
-            if trial.info is None:
-                skipped.append(SkippedFile(str(path), f"unreadable trial.json: {e}"))
-                trial.info_mtime = mtime
-            return trial.info is not None
+            reason = f"unreadable trial.json ({_reason(e)})"
+            if isinstance(e, KeyError):
+                reason = f"unreadable trial.json (no {e} field)"
+            self._skip(path, reason, skipped)
+            return trial.info is not None  # a trial already shown keeps what it had
         if version > SCHEMA_VERSION:
-            skipped.append(SkippedFile(
-                str(path), f"written with storage format {version}, this version reads up to "
-                f"{SCHEMA_VERSION}: upgrade comgra_like"))
-            trial.info_mtime = mtime
+            self._skip(path, f"written with storage format {version}, this version reads up to "
+                             f"{SCHEMA_VERSION}: upgrade comgra_like", skipped)
             return False
-        trial.info = TrialInfo(
-            trial_id=str(data.get("trial_id", trial.path.name)), status=str(data.get("status", "")),
-            created=float(data.get("created", 0.0)), schema_version=version,
-            settings=dict(data.get("settings") or {}), versions=dict(data.get("versions") or {}),
-        )
-        trial.info_mtime = mtime
+        self._unskip(path)
+        trial.info = info
         return True
 
     def _refresh_trial(self, trial: _Trial, skipped: list[SkippedFile]) -> TrialChange | None:
@@ -337,12 +426,13 @@ class Group:
             status_changed = trial.info is not None and trial.info.status != old_status
             new_steps = self._refresh_table(trial, "steps", skipped)
             kpis_changed = bool(self._refresh_table(trial, "kpis", skipped))
-            self._refresh_table(trial, "tensors", skipped)
+            repaired = self._refresh_table(trial, "tensors", skipped)
             new_graphs = self._refresh_graphs(trial, skipped)
             notes_changed = self._refresh_notes(trial)
             steps = sorted({int(s) for s in new_steps}) if new_steps else []
-            if steps or new_graphs or kpis_changed or notes_changed or status_changed:
-                return TrialChange(steps, new_graphs, kpis_changed, notes_changed, status_changed)
+            if steps or new_graphs or kpis_changed or notes_changed or status_changed or repaired:
+                return TrialChange(steps, new_graphs, kpis_changed, notes_changed, status_changed,
+                                   len(repaired))
             return None
 
     def _list_new(self, trial: _Trial, kind: str) -> tuple[list[str], list[str]]:
@@ -356,6 +446,11 @@ class Group:
 
     def _refresh_table(self, trial: _Trial, kind: str, skipped: list[SkippedFile]):
         live, new = self._list_new(trial, kind)
+        again = self._recheck_damaged(trial, kind, live)
+        for name in again:
+            trial.seen[kind].discard(name)
+        new += again
+        result = []
         if kind == "tensors":
             # A compaction replaced files we indexed: point the index at the new file.
             for name in list(trial.tensor_files):
@@ -364,7 +459,6 @@ class Group:
                     self._cache.drop(lambda k, t=trial.path.name, n=name: k[0] == t and k[1] == n)
         if not new:
             return []
-        result = []
         for name in new:
             path = trial.path / kind / name
             trial.seen[kind].add(name)
@@ -374,14 +468,20 @@ class Group:
                     meta = pq.read_metadata(path)
                     lo, hi = _step_range(meta)
                     trial.tensor_files[name] = _TensorFile(path, lo, hi)
+                    if self._unskip(path):  # repaired: steps read without it read again
+                        result.append(name)
+                        self._cache.drop(lambda k, t=trial.path.name, a=lo, b=hi: k[0] == t and
+                                         k[1] in ("step", "list") and a <= k[2] <= b)
                     continue
                 if covered_only:
                     continue  # a compaction of data already loaded
                 table = pq.read_table(path, schema=SCHEMAS[kind])
             except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
-                skipped.append(SkippedFile(str(path), f"unreadable shard: {e}"))
+                self._damaged(trial, f"{kind}/{name}", f"unreadable shard ({_reason(e)})",
+                              skipped)
                 trial.tensor_files.pop(name, None)
                 continue
+            self._unskip(path)
             frame = _to_pandas(table).drop(columns=["trial_id"])
             if kind == "steps":
                 trial.steps_parts.append(frame)
@@ -423,16 +523,29 @@ class Group:
                      if e.name.endswith(".json") and not e.name.startswith(".")]
         except OSError:
             return 0
+        for name in self._recheck_damaged(trial, "graphs", names):
+            trial.seen["graphs"].discard(name)
         count = 0
         for name in names:
             if name in trial.seen["graphs"]:
                 continue
             trial.seen["graphs"].add(name)
+            path = folder / name
             try:
-                trial.graphs[name[:-5]] = json.loads((folder / name).read_text("utf-8"))
-                count += 1
+                structure = json.loads(path.read_text("utf-8"))
             except (OSError, ValueError) as e:
-                skipped.append(SkippedFile(str(folder / name), f"unreadable graph: {e}"))
+                self._damaged(trial, f"graphs/{name}", f"unreadable graph ({_reason(e)})",
+                              skipped)
+                continue
+            try:
+                _graph_from_structure(name[:-5], 0, structure)
+            except _GraphStructureError as e:
+                self._damaged(trial, f"graphs/{name}", f"graph of the wrong structure ({e})",
+                              skipped)
+                continue
+            self._unskip(path)
+            trial.graphs[name[:-5]] = structure
+            count += 1
         return count
 
     def _refresh_notes(self, trial: _Trial) -> bool:
@@ -453,10 +566,11 @@ class Group:
         for line in data[: end + 1].splitlines():
             try:
                 obj = json.loads(line)
+                step = obj.get("training_step")
                 trial.notes.append(Note(len(trial.notes), str(obj.get("text", "")),
-                                        float(obj.get("wall_time", 0.0)),
-                                        obj.get("training_step")))
-            except ValueError:
+                                        float(obj.get("wall_time") or 0.0),
+                                        None if step is None else int(step)))
+            except (ValueError, TypeError, AttributeError):  # not a note object: show the line
                 trial.notes.append(Note(len(trial.notes), line.decode("utf-8", "replace"), 0.0))
         return True
 
@@ -479,28 +593,39 @@ class Group:
         return self._trial(trial_id).steps.copy()
 
     def read_modules(self, trial_id: str) -> list[ModuleInfo]:
+        """The module tree; raises StorageError (and lists the file in :attr:`skipped`)
+        for a damaged modules.json."""
         trial = self._trial(trial_id)
         path = trial.path / "modules.json"
-        try:
-            mtime = path.stat().st_mtime_ns
-        except OSError:
+        signature = _signature(path)
+        if signature is None:
             return []
-        if trial.modules is None or trial.modules_mtime != mtime:
-            try:
-                data = json.loads(path.read_text("utf-8"))
-            except (OSError, ValueError) as e:
-                raise StorageError(f"{path} is unreadable: {e}") from e
-            trial.modules = [
-                ModuleInfo(
-                    name=m["name"], parent=m.get("parent"),
-                    parameters=[ParameterInfo(p["name"], p["full_name"], tuple(p["shape"]),
-                                              int(p["numel"])) for p in m.get("parameters", [])],
-                    num_parameters_total=int(m.get("num_parameters_total", 0)),
-                )
-                for m in data.get("modules", [])
-            ]
-            trial.modules_mtime = mtime
-        return list(trial.modules)
+        with self._lock:  # not trial.lock: refresh takes the group's lock first
+            if trial.modules is None or trial.modules_signature != signature:
+                try:
+                    data = json.loads(path.read_text("utf-8"))
+                    modules = [
+                        ModuleInfo(
+                            name=str(m["name"]), parent=m.get("parent"),
+                            parameters=[ParameterInfo(str(p["name"]), str(p["full_name"]),
+                                                      tuple(int(d) for d in p["shape"]),
+                                                      int(p["numel"]))
+                                        for p in m.get("parameters", [])],
+                            num_parameters_total=int(m.get("num_parameters_total", 0)),
+                        )
+                        for m in data.get("modules", [])
+                    ]
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                    reason = f"unreadable modules.json ({_reason(e)})"
+                    if self._damaged(trial, "modules.json", reason, None):
+                        self.version += 1
+                    raise StorageError(f"{path}: {reason}; the module tree cannot be shown "
+                                       "until the recorder writes it again") from e
+                trial.damaged.pop("modules.json", None)
+                self._unskip(path)
+                trial.modules = modules
+                trial.modules_signature = signature
+            return list(trial.modules)
 
     def read_notes(self, trial_id: str) -> list[Note]:
         return list(self._trial(trial_id).notes)
@@ -518,10 +643,16 @@ class Group:
             )
         digest = row["graph_hash"].iloc[0]
         structure = trial.graphs.get(digest)
-        if structure is None:
+        if structure is None and f"graphs/{digest}.json" not in trial.damaged:
             self.refresh()
             structure = trial.graphs.get(digest)
         if structure is None:
+            damage = trial.damaged.get(f"graphs/{digest}.json")
+            if damage is not None:
+                raise StorageError(
+                    f"the graph of step {training_step}, iteration {iteration} of trial "
+                    f"{trial_id!r} is damaged and was skipped: "
+                    f"{trial.path / 'graphs' / (digest + '.json')}: {damage[1]}")
             raise NotFoundError(f"graph {digest} of trial {trial_id!r} is missing on disk")
         return _graph_from_structure(digest, int(iteration), structure)
 
@@ -530,6 +661,21 @@ class Group:
     def _files_for_step(self, trial: _Trial, step: int) -> list[_TensorFile]:
         return [f for f in trial.tensor_files.values() if f.min_step <= step <= f.max_step]
 
+    def _tensor_file_failed(self, trial_id: str, trial: _Trial, f: _TensorFile,
+                            exc: Exception) -> None:
+        """A tensors shard failed to read (damaged after it was indexed, e.g. rewritten in
+        place): leave it out from now on and report it, once."""
+        name = f.path.name
+        with self._lock:  # not trial.lock: refresh takes the group's lock first
+            if trial.tensor_files.get(name) is f:
+                del trial.tensor_files[name]
+            trial.damaged_tensor_files[name] = f
+            if self._damaged(trial, f"tensors/{name}", f"unreadable shard ({_reason(exc)})",
+                             None):
+                self.version += 1
+                log.warning("skipping damaged file %s: %s", f.path, _reason(exc))
+        self._cache.drop(lambda k: k[0] == trial_id and k[1] == name)
+
     def _step_table(self, trial_id: str, step: int) -> pa.Table:
         trial = self._trial(trial_id)
         key = (trial_id, "step", int(step))
@@ -537,16 +683,30 @@ class Group:
         if cached is not None:
             return cached
         for attempt in range(2):
-            files = self._files_for_step(trial, step)
+            tables = []
             try:
-                tables = [pq.read_table(f.path, filters=[("training_step", "=", int(step))],
-                                        schema=SCHEMAS["tensors"]) for f in files]
+                for f in self._files_for_step(trial, step):
+                    try:
+                        tables.append(pq.read_table(
+                            f.path, filters=[("training_step", "=", int(step))],
+                            schema=SCHEMAS["tensors"]))
+                    except FileNotFoundError:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                        self._tensor_file_failed(trial_id, trial, f, e)
                 break
             except FileNotFoundError:
                 if attempt:
                     raise
                 self.refresh()  # compacted in between: the index points at the new file
         if not tables:
+            damaged = [f for f in list(trial.damaged_tensor_files.values())
+                       if f.min_step <= step <= f.max_step]
+            if damaged:
+                reason = trial.damaged.get(f"tensors/{damaged[0].path.name}", (None, ""))[1]
+                raise StorageError(
+                    f"the tensors of step {step} of trial {trial_id!r} are in a damaged file, "
+                    f"which was skipped: {damaged[0].path}: {reason}")
             raise NotFoundError(f"trial {trial_id!r} has no tensor data for step {step}")
         table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
         self._cache.put(key, table, table.nbytes)
@@ -641,6 +801,9 @@ class Group:
                 self.refresh()
                 return self.read_series(trial_id, node, role, recording_type, aggregation,
                                         statistic, iteration, sample_index, type_of_execution)
+            except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                self._tensor_file_failed(trial_id, trial, f, e)
+                continue
             frame = index.series(node, role, recording_type, aggregation, int(sample_index),
                                  statistic)
             if frame is None:
@@ -741,25 +904,69 @@ def _step_range(meta: pq.FileMetaData) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def _graph_from_structure(digest: str, iteration: int, structure: dict) -> Graph:
+class _GraphStructureError(ValueError):
+    """A graph file holds valid JSON of another structure (says where)."""
+
+
+_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+               bool: "true/false", float: "a number", type(None): "null"}
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise _GraphStructureError(f"{where} should be {_JSON_NAMES.get(kind, kind.__name__)}, "
+                                   f"not {_JSON_NAMES.get(type(value), type(value).__name__)}")
+    return value
+
+
+def _relative_iteration(value: Any, iteration: int, where: str) -> int:
+    if value == "step":
+        return -1
+    return iteration + _expect(value, int, where)
+
+
+def _graph_from_structure(digest: str, iteration: int, structure: Any) -> Graph:
+    """The Graph of a graph file's JSON (docs/FORMAT.md); _GraphStructureError names the
+    first thing of another structure, so that a damaged file is reported, not shown."""
+    _expect(structure, dict, "the file")
     nodes = []
-    for n in structure.get("nodes", []):
-        where = n.get("iteration")
-        if where == "step":
-            it = -1
-        else:
-            it = iteration + int(where)
-        roles = n.get("roles", {})
+    for i, n in enumerate(_expect(structure.get("nodes", []), list, "'nodes'")):
+        where = f"nodes[{i}]"
+        _expect(n, dict, where)
+        for key in ("id", "node", "kind"):
+            if key not in n:
+                raise _GraphStructureError(f"{where} has no {key!r}")
+            _expect(n[key], str, f"{where}.{key}")
+        it = _relative_iteration(n.get("iteration"), iteration, f"{where}.iteration")
+        roles = _expect(n.get("roles", {}), dict, f"{where}.roles")
+        tensor_names, shapes, alias_of = {}, {}, {}
+        for r, v in roles.items():
+            at = f"{where}.roles[{r!r}]"
+            _expect(v, dict, at)
+            tensor_names[r] = _expect(v.get("tensor_name", ""), str, f"{at}.tensor_name")
+            shape = _expect(v.get("shape", []), list, f"{at}.shape")
+            shapes[r] = tuple(_expect(d, int, f"{at}.shape") for d in shape)
+            alias = v.get("alias_of")
+            if alias:
+                if not (isinstance(alias, list) and len(alias) == 3):
+                    raise _GraphStructureError(f"{at}.alias_of should be [node, role, iteration]")
+                alias_of[r] = (_expect(alias[0], str, f"{at}.alias_of"),
+                               _expect(alias[1], str, f"{at}.alias_of"),
+                               _relative_iteration(alias[2], iteration, f"{at}.alias_of"))
+        group = n.get("module_group")
         nodes.append(GraphNode(
             name=n["id"], node=n["node"], kind=n["kind"], roles=tuple(sorted(roles)),
-            tensor_names={r: v["tensor_name"] for r, v in roles.items()},
-            shapes={r: tuple(v["shape"]) for r, v in roles.items()},
-            iteration=it, is_import=bool(n.get("is_import")), module_group=n.get("module_group"),
-            alias_of={r: (v["alias_of"][0], v["alias_of"][1],
-                          -1 if v["alias_of"][2] == "step" else iteration + int(v["alias_of"][2]))
-                      for r, v in roles.items() if v.get("alias_of")},
+            tensor_names=tensor_names, shapes=shapes, iteration=it,
+            is_import=bool(n.get("is_import")),
+            module_group=None if group is None else _expect(group, str, f"{where}.module_group"),
+            alias_of=alias_of,
         ))
-    edges = [GraphEdge(a, b, ra, rb) for a, b, ra, rb in structure.get("edges", [])]
+    edges = []
+    for i, e in enumerate(_expect(structure.get("edges", []), list, "'edges'")):
+        if not (isinstance(e, list) and len(e) == 4 and all(isinstance(x, str) for x in e)):
+            raise _GraphStructureError(
+                f"edges[{i}] should be [source, target, source role, target role]")
+        edges.append(GraphEdge(*e))
     return Graph(digest, iteration, nodes, edges)
 
 

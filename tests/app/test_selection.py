@@ -275,18 +275,21 @@ def test_relax_always_gives_a_valid_selection_keeping_the_choice_if_possible(tri
     if keep is not None and wanted[keep] == current[keep]:
         return
     if keep is not None:
-        # the kept value was impossible under every upstream choice
-        assert not _reachable(trials, keep, wanted[keep], source)
+        # the kept value was impossible under every upstream choice in the wanted trial
+        assert not _reachable(trials, keep, wanted[keep], source, wanted.get("trial"))
     # relaxing a valid selection changes nothing
     assert sel.relax(current, source) == current
 
 
-def _reachable(trials, field, value, source) -> bool:
+def _reachable(trials, field, value, source, trial=None) -> bool:
     def walk(depth, up):
         if depth == len(CHAIN):
             return up[field] == value
         f = CHAIN[depth]
-        return any(walk(depth + 1, {**up, f: v}) for v in source.options(f, up))
+        options = source.options(f, up)
+        if f == "trial" and field != "trial" and trial is not None:
+            options = [trial] if trial in options else []
+        return any(walk(depth + 1, {**up, f: v}) for v in options)
 
     return walk(0, {})
 
