@@ -4,6 +4,10 @@ No Dash callbacks, no file access: inputs are numbers, arrays and the frames the
 API returns; outputs are plotly figure dicts (``{"data": [...], "layout": {...}}``) or
 plain rows. Dicts, not ``go.Figure``: building a validated figure object costs 10–20 ms
 per view, a dict well under one, and these run on every selection change.
+
+Every name from a recording goes through :func:`~comgra_like.app.plot_text.plot_text`
+before it enters a figure (plotly renders HTML in figure text); ``title`` arguments are
+figure markup, so callers escape what they put there.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .plot_text import plot_text
 
 #: Above this many values a heatmap is thinned (every k-th row/column) to stay responsive.
 MAX_HEATMAP_CELLS = 250_000
@@ -89,7 +95,8 @@ def base_layout(title: str | None = None, height: int | None = None, **extra: An
 
 
 def empty_figure(message: str, height: int | None = None) -> Figure:
-    """A blank figure that says why there is nothing to show."""
+    """A blank figure that says why there is nothing to show (``message`` is plain text:
+    error messages name tensors and files)."""
     return {
         "data": [],
         "layout": base_layout(
@@ -98,7 +105,7 @@ def empty_figure(message: str, height: int | None = None) -> Figure:
             yaxis={"visible": False},
             annotations=[
                 {
-                    "text": message,
+                    "text": plot_text(message),
                     "showarrow": False,
                     "x": 0.5,
                     "y": 0.5,
@@ -326,16 +333,19 @@ def series_figure(
     for toe, part in frame.groupby("type_of_execution", sort=True):
         part = part.sort_values("training_step")
         steps = [int(s) for s in part["training_step"]]
+        name = plot_text(toe)
         traces.append(
             {
                 "type": "scatter",
                 "x": steps,
                 "y": part["value"].to_numpy(dtype=np.float64),
                 "mode": "lines+markers",
-                "name": str(toe),
+                "name": name,
                 "marker": {"size": 6},
                 "customdata": steps,  # a click selects this step
-                "hovertemplate": f"{toe}<br>step %{{x}}<br>{statistic} %{{y:.7g}}<extra></extra>",
+                "hovertemplate": (
+                    f"{name}<br>step %{{x}}<br>{plot_text(statistic)} %{{y:.7g}}<extra></extra>"
+                ),
             }
         )
     # A legend above the plot for a few types of execution; more would take the plot's
@@ -345,7 +355,7 @@ def series_figure(
         title,
         height,
         xaxis=axis("training step"),
-        yaxis=axis(STATISTIC_LABELS.get(statistic, statistic)),
+        yaxis=axis(plot_text(STATISTIC_LABELS.get(statistic, statistic))),
         showlegend=several,
         legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom"},
         shapes=step_marker_shapes(current_step),
@@ -386,7 +396,7 @@ def kpi_figures(frame: pd.DataFrame, height: int | None = 360) -> list[tuple[str
         traces = []
         for (toe, name), line in part.groupby(["type_of_execution", "kpi_name"], sort=True):
             line = line.sort_values("timepoint")
-            label = f"{name} ({toe})"
+            label = plot_text(f"{name} ({toe})")
             traces.append(
                 {
                     "type": "scatter",
@@ -398,7 +408,7 @@ def kpi_figures(frame: pd.DataFrame, height: int | None = 360) -> list[tuple[str
                 }
             )
         layout = base_layout(
-            str(group),
+            plot_text(group),
             height,
             xaxis=axis("training step"),
             yaxis=axis(),

@@ -41,7 +41,6 @@ for the server. The server's patch still follows when the selection it makes dif
 
 from __future__ import annotations
 
-import html
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ import plotly.graph_objects as go
 from dash import Patch
 
 from .graph_layout import Edge, GraphLayout, Point, compute_layout
+from .plot_text import plot_text
 
 __all__ = [
     "ARROW_TRACE",
@@ -341,7 +341,7 @@ def build_graph_figure(
         imports = [n.is_import for n in nodes]
         has_imports |= any(imports)
         trace: dict[str, Any] = {
-            "type": "scatter", "name": kind, "legendgroup": kind,
+            "type": "scatter", "name": plot_text(kind), "legendgroup": kind,
             "mode": "markers+text" if labels else "markers",
             "x": [layout.positions[name][0] for name in names],
             "y": [layout.positions[name][1] for name in names],
@@ -360,7 +360,8 @@ def build_graph_figure(
             "unselected": {"marker": {"opacity": _DIMMED_OPACITY}},
         }
         if labels:
-            trace["text"] = [short_label(name, max_chars) for name in names]
+            # shortened first: the entities of an escaped name do not count as characters
+            trace["text"] = [plot_text(short_label(name, max_chars)) for name in names]
             trace["textposition"] = text_position
             trace["textfont"] = {"size": font_size, "color": "rgb(40, 40, 40)"}
             trace["unselected"]["textfont"] = {"color": _DIMMED_TEXT}
@@ -742,13 +743,13 @@ def _polylines(
 
 
 def _hover_text(node: GraphNodeLike) -> str:
-    lines = [f"<b>{html.escape(node.name)}</b>"]
+    lines = [f"<b>{plot_text(node.name)}</b>"]
     kind = node.kind
     if node.is_import:
         kind += f" · imported from iteration {node.iteration}"
-    lines.append(f"kind: {html.escape(kind)}")
+    lines.append(f"kind: {plot_text(kind)}")
     if node.module_group:
-        lines.append(f"module: {html.escape(node.module_group)}")
+        lines.append(f"module: {plot_text(node.module_group)}")
     for role in node.roles:
         shape = node.shapes.get(role)
         if shape is None:
@@ -757,5 +758,5 @@ def _hover_text(node: GraphNodeLike) -> str:
             shape_text = "×".join(str(d) for d in shape) if len(shape) else "scalar"
         tensor = node.tensor_names.get(role, "")
         detail = f"{tensor} " if tensor and tensor != node.name else ""
-        lines.append(f"role {html.escape(role)}: {html.escape(detail)}[{shape_text}]")
+        lines.append(f"role {plot_text(role)}: {plot_text(detail)}[{shape_text}]")
     return "<br>".join(lines)
