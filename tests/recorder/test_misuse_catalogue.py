@@ -220,14 +220,21 @@ def _finalize_inside_step(ctx: Ctx):
 
 
 def _inference_mode_tensor(ctx: Ctx):
+    # A validation loop: the outputs are made under inference_mode and registered after it.
+    ctx.open_batch(type_of_execution="validation")
+    ctx.rec.start_iteration()
     with torch.inference_mode():
-        ctx.open_batch(type_of_execution="validation")
-        ctx.rec.start_iteration()
         x = torch.randn(B, 3)
-        ctx.rec.register_tensor("x", x, is_input=True)
-        ctx.rec.register_tensor("y", ctx.model(x))
-        ctx.rec.finish_iteration()
-        ctx.rec.finish_batch()
+        y = ctx.model(x)
+    ctx.rec.register_tensor("x", x, is_input=True)
+    ctx.rec.register_tensor("y", y)
+    ctx.rec.finish_iteration()
+    ctx.rec.finish_batch()
+    group = open_group(ctx.root / "g")
+    ctx.rec.finalize()  # (the harness's finalize() after this is a no-op)
+    group.refresh()
+    record = group.read_tensor("t", 11, 0, "y", "y", "forward", "batch_mean")
+    assert record.values == pytest.approx(y.mean(dim=0).numpy())
 
 
 def _registered_after_use(ctx: Ctx):
@@ -474,7 +481,7 @@ CATALOGUE = [
     Misuse("finalize_twice", _finalize_then(lambda c: c.rec.finalize()), None, "",
            finalizes=True),
     # --- accepted and recorded (documented) --------------------------------------------
-    Misuse("inference_mode_tensor", _inference_mode_tensor, None, ""),
+    Misuse("inference_mode_tensor", _inference_mode_tensor, None, "", finalizes=True),
     Misuse("registered_after_use", _registered_after_use, None,
            "nothing registered depends on 'x_late'"),
     Misuse("gradients_when_there_are_none", _no_gradients, None,
