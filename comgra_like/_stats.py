@@ -75,14 +75,16 @@ def block_statistics(x: np.ndarray, pause=None) -> np.ndarray:
     n = x.shape[-1]
     lead = x.shape[:-1]
     out = np.empty(lead + (NUM_STATS,), np.float32)
-    rows = x.reshape(-1, n)  # a view for the writer's blocks (C-contiguous); else a copy
-    r = rows.shape[0]
+    r = math.prod(lead)
     if r == 0:
         return out
     if n == 0:
+        # An empty tensor (a (B, 0) activation, a zero-size parameter) has no values to
+        # average or compare: NaN; its norm is that of an empty sum (0), counts are 0.
         out[...] = np.nan
-        out[..., 7:] = 0.0
+        out[..., 6:] = 0.0
         return out
+    rows = x.reshape(r, n)  # a view for the writer's blocks (C-contiguous); else a copy
     total = np.empty(r, np.float32)
     abs_sum = np.empty(r, np.float32)
     sq = np.empty(r, np.float32)
@@ -250,6 +252,8 @@ def top_singular_value(w: np.ndarray, v: np.ndarray | None, tol: float = 1e-6,
     iterations, instead of the milliseconds a full SVD of a 256x256 matrix costs.
     """
     w = np.asarray(w, np.float32)
+    if w.size == 0:  # a zero-size parameter has no singular values
+        return float("nan"), np.zeros(w.shape[1], np.float32)
     if v is None or v.shape[0] != w.shape[1]:
         v = np.random.default_rng(0).standard_normal(w.shape[1]).astype(np.float32)
     v = v / max(float(np.linalg.norm(v)), 1e-30)
