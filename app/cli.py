@@ -11,6 +11,8 @@ import logging
 import sys
 from pathlib import Path
 
+from comgra_like import paths
+
 from .plugin import check_plugin_file
 
 DEFAULT_PORT = 8055
@@ -107,11 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.DEBUG, format="comgra: %(levelname)s: %(message)s")
     visualization_file = args.visualization_file
     if args.use_path_for_test_run:
-        from comgra_like.scripts.tutorial import default_test_run_path, visualization_file_path
-
-        path = default_test_run_path()
-        if visualization_file is None and visualization_file_path().exists():
-            visualization_file = visualization_file_path()
+        path = paths.default_test_run_path()
+        if visualization_file is None and paths.example_visualization_path().exists():
+            visualization_file = paths.example_visualization_path()
         if not path.exists():
             print(
                 f"comgra: there is no test run at {path} yet; create it with `comgra-test-run`. "

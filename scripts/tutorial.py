@@ -27,8 +27,8 @@ The recorder calls are in ``_make_recorder``, ``_train_trial``, ``_one_step`` an
 ``SubNet.forward`` (defined in ``build_model``). Open the result with the command this script prints at the end;
 The README's tutorial section walks through the GUI.
 
-This module imports torch only inside functions, so that the GUI can import
-:func:`default_test_run_path` without torch installed.
+This module imports torch only inside functions: its paths and the example plugin are
+usable without torch installed.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from comgra_like.paths import TEST_RUN_GROUP, default_test_run_path, example_visualization_path
+
 #: The group written by ``comgra-test-run`` when no ``--group`` is given.
-DEFAULT_GROUP = "test_run"
+DEFAULT_GROUP = TEST_RUN_GROUP
 #: Default number of training steps per trial: both trials, recorded, in under three
 #: minutes on a 2-core CPU even while something else keeps one core busy (measured: see
 #: the README's tutorial).
@@ -77,22 +79,8 @@ LEAKY_RELU_SLOPE = 0.01
 MAX_SAMPLES_TO_RECORD = 5
 
 
-def default_test_run_path() -> Path:
-    """The group directory that ``comgra-test-run`` writes by default.
-
-    ``$XDG_CACHE_HOME/comgra_like/test_run`` (``~/.cache/comgra_like/test_run`` when
-    XDG_CACHE_HOME is unset or not absolute). This is the directory to pass to
-    ``comgra --path``; ``comgra --use-path-for-test-run`` opens it. The script writes
-    it as group :data:`DEFAULT_GROUP` under its parent directory.
-    """
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
-    return base / "comgra_like" / DEFAULT_GROUP
-
-
-def visualization_file_path() -> Path:
-    """Path of the example plugin for ``comgra --visualization-file``."""
-    return Path(__file__).resolve().with_name("example_custom_visualization.py")
+#: Path of the example plugin for ``comgra --visualization-file``.
+visualization_file_path = example_visualization_path
 
 
 def type_of_execution_for(length: int) -> str:

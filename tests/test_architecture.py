@@ -144,12 +144,10 @@ def _violations():
 
 
 # Wrong arrows that exist today and are being removed (issue 13): the recorder still
-# writes metadata and compacts behind the writer's back; the GUI finds the tutorial's
-# default path through the tutorial. Each entry must still be a violation (remove it
-# with its fix); nothing may be added.
+# writes metadata and compacts behind the writer's back. Each entry must still be a
+# violation (remove it with its fix); nothing may be added.
 KNOWN = {
     "comgra_like/recorder.py: record imports writer",
-    "app/cli.py: app imports scripts",
 }
 
 

@@ -97,8 +97,10 @@ def test_bad_numbers_and_missing_path_argument(capsys):
 def test_use_path_for_test_run(no_serving, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cli.main(["--use-path-for-test-run"]) == 0
-    err = capsys.readouterr().err
-    assert "comgra-test-run" in err
+    captured = capsys.readouterr()
+    assert "comgra-test-run" in captured.err
+    # the tutorial's default group, found without importing the tutorial
+    assert f"showing {tmp_path / 'comgra_like' / 'test_run'}" in captured.out
 
 
 def test_other_hosts_are_warned_about(no_serving, tiny_group, capsys):
