@@ -19,6 +19,7 @@ Two transports run the same ``Worker``:
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import mmap
@@ -26,6 +27,7 @@ import os
 import queue
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,11 +36,16 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigurationError, StorageError
+from .files import mark_trial_aborted
 
 log = logging.getLogger("comgra_like")
 
 ALIGN = 16  # elements (64 bytes) between allocations
 MIN_SEGMENT = 1 << 18  # elements (1 MiB)
+# Training that waits for the writer gives up after this many seconds in which the writer
+# took in nothing and showed no sign of work (no CPU time, no bytes written): generous,
+# so that a slow disk, on which the writer still makes progress, never trips it.
+STALL_SECONDS = 300.0
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 
 
@@ -133,10 +140,18 @@ class WriterClient:
         # writer process deletes whatever still carries the prefix when it exits.
         self._segment_prefix = f"comgra_like-{os.getpid()}-{secrets.token_hex(6)}-"
         self._flush_seconds = 1.0
+        stall = os.environ.get("COMGRA_LIKE_WRITER_STALL_SECONDS")
+        try:
+            self.stall_seconds = STALL_SECONDS if stall is None else float(stall)
+        except ValueError:
+            raise ConfigurationError(
+                f"COMGRA_LIKE_WRITER_STALL_SECONDS={stall!r}: give a number of seconds "
+                f"(default {STALL_SECONDS:.0f})") from None
         self._closing = False
         self._eof = False
         self._closed_reply = False
         self._ready = False
+        self._dying = False  # _fail_dead() is reading the last replies
         if mode == "process":
             try:
                 self._start_process(trial_id, calculate_svd)
@@ -200,12 +215,26 @@ class WriterClient:
                     msg = self._to_worker.get(timeout=worker.seconds_to_flush())
                 except queue.Empty:
                     worker.tick()
+                    worker.report_failure(self._from_worker.put)
                     continue
+                if msg["op"] == "abandon":
+                    worker.end_abnormally(msg["reason"])
+                    return
                 if not worker.handle(msg, self._from_worker.put):
                     return
 
         self._thread = threading.Thread(target=run, name="comgra_like-writer", daemon=True)
         self._thread.start()
+        # A daemon thread dies with the interpreter: without this, a training script that
+        # ends without finalize() would lose what the thread had not written yet.
+        atexit.register(self._abandon)
+
+    def _abandon(self) -> None:
+        if not self._closed and not self._closing and self._thread.is_alive():
+            self._closing = True
+            self._to_worker.put({"op": "abandon", "reason": (
+                "the training process ended without finalize()")})
+            self._thread.join(timeout=60)
 
     def _send(self, msg: dict) -> None:
         if self._proc is None:
@@ -224,7 +253,17 @@ class WriterClient:
             self._fail_dead()
 
     def _fail_dead(self) -> None:
-        code = self._proc.poll() if self._proc is not None else None
+        # A writer that failed said why before it exited: its last replies are still in
+        # the pipe.
+        self._dying = True
+        while not self._eof and self._receive(timeout=0.5):
+            pass
+        code = None
+        if self._proc is not None:
+            try:
+                code = self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         for slot in self._slots:  # segments the writer had no time to unlink
             for seg in slot.segments:
                 if seg.path is not None:
@@ -233,9 +272,29 @@ class WriterClient:
                     except OSError:
                         pass
         if self._error is None:
-            self._error = (f"the writer process exited unexpectedly (exit code {code}); "
-                           "its error, if any, is printed above")
+            self._error = self._death(code)
+            mark_trial_aborted(self.trial_dir, self._error)
         self._raise_if_failed()
+
+    def _death(self, code: int | None) -> str:
+        """How the writer process ended, when it could not say so itself."""
+        pid = self._proc.pid
+        lost = ("the steps it had not written yet are lost (about the last second of "
+                "recording at most, see docs/FORMAT.md); the shards on disk are intact")
+        if code is None:
+            return f"the writer process (pid {pid}) closed its pipes but has not exited; {lost}"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            why = ""
+            if -code == signal.SIGKILL:
+                why = (" (the kernel's out-of-memory killer sends SIGKILL when memory runs out: "
+                       "see `dmesg`; otherwise a user or a job scheduler killed it)")
+            return f"the writer process (pid {pid}) was killed by {name}{why}; {lost}"
+        return (f"the writer process (pid {pid}) exited with code {code} without reporting an "
+                f"error (its output, if any, is on this process's stderr); {lost}")
 
     def _receive(self, timeout: float | None) -> bool:
         """Handle the writer's replies; waits up to ``timeout`` for one. True if any came."""
@@ -261,7 +320,7 @@ class WriterClient:
                 return False
             if not chunk:
                 self._eof = True
-                if not self._closing:
+                if not self._closing and not self._dying:
                     self._fail_dead()
                 return False
             self._pending += chunk
@@ -290,11 +349,7 @@ class WriterClient:
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise StorageError(
-                f"writing recordings to {self.trial_dir} failed: {self._error}. Check that the "
-                "folder is writable and the disk is not full; the shards written before the "
-                "failure are intact."
-            )
+            raise StorageError(f"writing recordings to {self.trial_dir} failed: {self._error}")
 
     # ----- slots --------------------------------------------------------------------------
 
@@ -459,24 +514,106 @@ class WriterClient:
 
     def _wait_for(self, done, timeout: float | None = None, timeout_message: str = "") -> None:
         """Handle the writer's replies until ``done()``; raises if the writer fails or
-        dies meanwhile, or (with ``timeout``) when that many seconds have passed."""
+        dies meanwhile, if it shows no progress for ``stall_seconds``, or (with
+        ``timeout``) when that many seconds have passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        stalled = None
         while not done():
+            if stalled is None:  # made only once there is a wait: acquire() mostly has none
+                stalled = self._stall_watch()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise StorageError(timeout_message)
-            self._receive(timeout=1.0 if left is None else min(left, 1.0))
+            replied = self._receive(timeout=1.0 if left is None else min(left, 1.0))
             self._raise_if_failed()
             if self._proc is not None and self._proc.poll() is not None and not done():
                 self._receive(timeout=0)
                 if not done():
                     self._fail_dead()
+            if not done():
+                stalled(replied)
+
+    def _stall_watch(self):
+        """A check, called while training waits, that raises once the writer has neither
+        replied nor shown activity for ``stall_seconds``."""
+        mark = None
+        since = time.monotonic()
+
+        def check(replied: bool) -> None:
+            nonlocal mark, since
+            now = time.monotonic()
+            if replied:
+                mark, since = None, now
+                return
+            activity = self._activity()
+            if mark is None or activity[1:] != mark[1:]:
+                mark, since = activity, now
+            elif now - since > self.stall_seconds:
+                self._give_up(activity[0], now - since)
+
+        return check
+
+    def _activity(self) -> tuple[str, int | None, int | None]:
+        """The writer's state letter, CPU ticks and bytes written so far (Linux's /proc;
+        None where unknown: then only its replies count as progress)."""
+        if self._proc is not None:
+            base = f"/proc/{self._proc.pid}"
+        elif self._thread.native_id is not None:
+            base = f"/proc/self/task/{self._thread.native_id}"
+        else:  # pragma: no cover - platforms without thread ids
+            return "", None, None
+        try:
+            with open(base + "/stat", "rb") as f:
+                stat = f.read()
+            # after "pid (name) ": state, then utime and stime are the 12th and 13th
+            fields = stat[stat.rindex(b")") + 2:].split()
+            state, cpu = fields[0].decode(), int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            return "", None, None
+        written = None
+        try:
+            with open(base + "/io", "rb") as f:
+                for line in f:
+                    if line.startswith(b"wchar:"):
+                        written = int(line.split()[1])
+        except (OSError, ValueError):
+            pass
+        return state, cpu, written
+
+    def _give_up(self, state: str, seconds: float) -> None:
+        """The writer is stuck: say so, once and for good, and let it finish on its own."""
+        where = (f"the writer process (pid {self._proc.pid})" if self._proc is not None
+                 else "the writer thread")
+        why = {
+            "T": "it is stopped (SIGSTOP, Ctrl-Z or a debugger; `kill -CONT <pid>` resumes "
+                 "it)",
+            "t": "it is stopped by a debugger",
+            "D": "it waits for the disk (a hung network file system?)",
+        }.get(state, "it neither uses CPU nor writes (a bug in comgra_like's writer: please "
+                     "report it)" if state else "it sends no replies")
+        self._error = (
+            f"{where} has taken in no recorded step for {seconds:.0f} s while training "
+            f"waited for it: {why}. Training is not held any longer; whatever the writer had "
+            "received it writes when it goes on, and the trial is marked aborted. If the disk "
+            "is merely this slow, allow more time with the environment variable "
+            f"COMGRA_LIKE_WRITER_STALL_SECONDS (now {self.stall_seconds:g})")
+        mark_trial_aborted(self.trial_dir, self._error)
+        if self._proc is not None:
+            self._closing = True
+            try:  # the writer sees its input end once it goes on, and finishes
+                self._proc.stdin.close()
+            except OSError:
+                pass
+        self._raise_if_failed()
 
     def close(self) -> None:
         """Write everything and stop the writer."""
         if self._closed:
             self._raise_if_failed()
             return
+        if self._closing:  # given up on already (_give_up): it finishes on its own
+            self._closed = True
+            self._raise_if_failed()
         self._send({"op": "close"})
         self._closing = True
         if self._proc is None:
@@ -487,14 +624,17 @@ class WriterClient:
                 self._proc.stdin.close()
             except OSError:
                 pass
+            stalled = self._stall_watch()
             while not self._closed_reply and not self._eof:
-                self._receive(timeout=1.0)
+                stalled(self._receive(timeout=1.0))
             self._proc.wait()
             self._proc.stdout.close()
             if not self._closed_reply and self._error is None:
-                self._error = (f"the writer process exited with code {self._proc.returncode} "
-                               "before writing everything; its error is printed above")
+                self._error = self._death(self._proc.returncode)
+                mark_trial_aborted(self.trial_dir, self._error)
         self._closed = True
+        if self._proc is None:
+            atexit.unregister(self._abandon)  # it would keep this client's memory alive
         for slot in self._slots:
             for seg in slot.segments:
                 seg.close(unlink=True)  # the writer is gone: whatever it did not unlink

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,29 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def mark_trial_aborted(trial_dir: Path, reason: str) -> bool:
+    """Set ``status`` of a running trial's trial.json to ``aborted``, with ``abort_reason``
+    and ``ended`` (unix time); every other field stays. Returns whether it did.
+
+    Never raises: it runs while a recording ends abnormally, and the shards written
+    matter more than the mark (the failure is printed to stderr).
+    """
+    path = Path(trial_dir) / "trial.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(info, dict) or info.get("status") != "running":
+            return False  # finished, or marked already: the first reason is the one kept
+        info["status"] = "aborted"
+        info["abort_reason"] = reason
+        info["ended"] = time.time()
+        atomic_write_json(path, info)
+        return True
+    except Exception as e:  # noqa: BLE001 - see above
+        print(f"comgra_like: could not mark {path} as aborted ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return False
 
 
 def _encodings(schema: pa.Schema) -> dict:

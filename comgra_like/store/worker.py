@@ -17,20 +17,31 @@ Protocol (one JSON object per line; replies on the original stdout):
 * ``kpis`` {rows}: rows of the KPI table
 * ``config`` {flush_seconds}
 * ``flush`` {id}: write everything buffered, reply ``flushed`` {id}
-* ``close``: write everything, reply ``closed``, exit. End of input does the same, so a
-  training process that dies still leaves its buffered steps on disk.
+* ``close``: write everything, reply ``closed``, exit.
 * the plain line ``h`` (not JSON): the training process waits for a free slot from now
   on; the step being reduced stops giving way to other threads (``scheduling.py``)
+
+When the input ends without ``close``, or the training process is gone (its pid is no
+longer this process's parent: children it forked, e.g. DataLoader workers, may keep the
+pipe open, so the end of input may never come), the writer handles every message still
+in the pipe, writes everything, marks the trial ``aborted`` in ``trial.json`` and exits.
+Replies to a training process that is gone are dropped; they never stop the writing.
+SIGINT and SIGTERM, which a terminal or a job scheduler sends to the whole process
+group, are ignored for the same reason: the training process decides, and this process
+ends after it.
 
 On exit it deletes every shared-memory file that carries its training process's segment
 prefix (one created but never announced when that process was killed in between).
 
-After a failure the process replies ``error`` {message} once and then only answers
-``free``/``flushed``/``closed`` so that the training process never hangs on it.
+After a failure the process writes what it had received, marks the trial ``aborted``,
+replies ``error`` {message} once and then only answers ``free``/``flushed``/``closed``
+so that the training process never hangs on it. An exception outside a message's
+handling (a line that is no JSON, ...) is handled the same way, then the process exits.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -54,6 +65,7 @@ from .._stats import (
     group_by_size,
     top_singular_value,
 )
+from .files import mark_trial_aborted
 from .scheduling import Courtesy
 from .schema import KPIS_SCHEMA, STEPS_SCHEMA
 from .writer import ShardBuffer
@@ -61,6 +73,8 @@ from .writer import ShardBuffer
 _FORWARD = "forward"
 _UPDATE = "update"
 _NORM_COLUMN = 6
+# How often an idle writer checks that its training process is still there.
+PARENT_CHECK_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -330,12 +344,41 @@ def _no_pause() -> None:
     pass
 
 
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_NOT_A_FOLDER = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+
+
+def _meaning(e: BaseException) -> str:
+    """What an exception of the writer means for the user, and what to do."""
+    if isinstance(e, OSError) and e.errno is not None:
+        path = e.filename2 or e.filename  # of a rename: where it was to go
+        where = f" ({path})" if path else ""
+        if e.errno in _DISK_FULL:
+            return "the disk is full or over quota: free space, then record again"
+        if e.errno == errno.EROFS:
+            return f"the file system is read-only{where}: record to a writable folder"
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return f"no permission to write{where}: record to a folder this user can write to"
+        if e.errno in _NOT_A_FOLDER:
+            return (f"something else stands where the writer needs a folder or a file"
+                    f"{where}: the trial folder was changed while recording; remove what "
+                    "does not belong there")
+        if e.errno == errno.EIO:
+            return "the disk reported an input/output error: check the disk"
+        return f"the writer could not write to the disk{where}"
+    if isinstance(e, MemoryError):
+        return "the writer process ran out of memory: record fewer tensors or fewer samples"
+    return ("a bug in comgra_like's writer; please report it with the traceback the writer "
+            "printed to stderr")
+
+
 class Worker:
     """Handles the messages of one trial's training process (used by both transports)."""
 
     def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool,
                  background_writes: bool = True):
         self.trial_id = trial_id
+        self.trial_dir = Path(trial_dir)
         self.shards = ShardBuffer(Path(trial_dir), background=background_writes)
         self.svd_vectors: dict[int, np.ndarray] | None = {} if calculate_svd else None
         self.segments: dict[tuple[int, int], np.ndarray] = {}
@@ -344,6 +387,7 @@ class Worker:
         self.layout_keys: dict[int, object] = {}
         self.failed: str | None = None
         self._reported = False  # the failure was sent to the training process
+        self._steps_received = 0
         # Rows of the steps table, column by column, made into one table when shards are
         # written: a table per recorded step cost ~0.4 ms of this process's CPU.
         self._step_rows: dict[str, list] = {name: [] for name in STEPS_SCHEMA.names}
@@ -409,10 +453,14 @@ class Worker:
             self.shards.flush_seconds = float(msg["flush_seconds"])
         if self.failed is None and self.shards.must_flush():
             self._guard(self._write)
+        self.report_failure(reply)
+        return True
+
+    def report_failure(self, reply) -> None:
+        """Send the failure, once, if there is one."""
         if self.failed is not None and not self._reported:
             self._reported = True
             reply({"op": "error", "message": self.failed})
-        return True
 
     def _buffer_step_rows(self) -> None:
         rows = self._step_rows
@@ -443,10 +491,51 @@ class Worker:
         try:
             fn()
         except Exception as e:  # noqa: BLE001 - reported to the training process, which raises it
-            self.failed = f"{type(e).__name__}: {e}"
-            traceback.print_exc(file=sys.stderr)
+            self.fail(e)
+
+    def fail(self, e: BaseException) -> None:
+        """After an error: write what was received before it, mark the trial aborted.
+
+        ``failed`` (sent to the training process, which raises it) names the exception,
+        what it means and what became of the steps received before.
+        """
+        if self.failed is not None:
+            return
+        traceback.print_exception(e, file=sys.stderr)
+        self.failed = f"{type(e).__name__}: {e} ({_meaning(e)})"
+        kept = self._salvage(e)
+        self.failed += "; " + kept
+        self.end_abnormally(f"the writer failed: {self.failed}")
+
+    def _salvage(self, failure: BaseException) -> str:
+        """Write everything buffered after ``failure``; says what became of it."""
+        rows = self._step_rows
+        # A step that failed half-way through its rows leaves columns of unequal length.
+        n = min(len(column) for column in rows.values())
+        for column in rows.values():
+            del column[n:]
+        try:
+            self._write_and_wait()
+        except Exception as e:  # noqa: BLE001 - the first error is the one reported
+            lost = ("the steps of the shard that failed to be written (and any received "
+                    "after it) are lost")
+            if e is not failure:
+                traceback.print_exc(file=sys.stderr)
+                lost = (f"the steps not written yet could not be written either "
+                        f"({type(e).__name__}: {e})")
+            return f"{lost}; the shards written before are intact"
+        return ("every other step received is written "
+                f"({self._steps_received} recorded steps received in all)")
+
+    def end_abnormally(self, reason: str) -> None:
+        """Write everything received (unless that failed already) and mark the trial
+        ``aborted`` in its trial.json."""
+        if self.failed is None:
+            self._guard(self._write_and_wait)
+        mark_trial_aborted(self.trial_dir, reason)
 
     def _batch(self, msg: dict, release, pause=None) -> None:
+        self._steps_received += 1
         if "layout" in msg:
             self.layouts[msg["layout_id"]] = [CaptureSpec.from_list(x) for x in msg["layout"]]
             self.layout_keys[msg["layout_id"]] = object()  # stands for this layout in caches
@@ -535,11 +624,18 @@ class _Input:
         self.lines: deque[bytes] = deque()
         self._pending = b""
         self._hurry = False
+        self.ended = False
+
+    def read_rest(self) -> None:
+        """Read everything already in the pipe, without waiting for more."""
+        while not self.ended and select.select([self.fd], [], [], 0)[0]:
+            self.read()
 
     def read(self) -> bool:
         """Read what is there (blocks if nothing is); False at the end of the input."""
         chunk = os.read(self.fd, 1 << 20)
         if not chunk:
+            self.ended = True
             return False
         self._pending += chunk
         *lines, self._pending = self._pending.split(b"\n")
@@ -564,46 +660,75 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     trial_dir, trial_id, svd = argv[0], argv[1], argv[2] == "1"
     segment_prefix, segment_dirs = argv[3], argv[4:]
-    # Ctrl-C in the terminal reaches the whole process group: the training process
-    # decides what happens; this one writes what it got once its input ends.
+    parent = os.getppid()
+    # Ctrl-C in the terminal, or a scheduler's SIGTERM, reaches the whole process group:
+    # the training process decides what happens (it may still call finalize()); this one
+    # writes what it got once that process is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints must not corrupt the replies
     sys.stdout = sys.stderr
     worker = Worker(Path(trial_dir), trial_id, svd)
+    listening = [True]
 
     def reply(obj: dict) -> None:
+        if not listening[0]:
+            return
         if obj["op"] == "free" and len(obj) == 2:
             # The one reply of every recorded step, in a form the training process reads
             # without a JSON parse (see WriterClient._receive).
             data = b"f%d\n" % obj["slot"]
         else:
             data = (json.dumps(obj) + "\n").encode()
-        while data:
-            data = data[os.write(out_fd, data):]
+        try:
+            while data:
+                data = data[os.write(out_fd, data):]
+        except OSError:  # BrokenPipeError: the training process is gone; write on
+            listening[0] = False
 
-    warm_up()
     source = _Input(0)
-    courtesy = Courtesy(source.hurried)
-    reply({"op": "ready"})
-    running = True
-    while running:
-        if not source.lines:
-            # Waiting in select() means the training process's write of a message wakes
-            # this process, which costs that write ~25-40 us here instead of ~14 us.
-            # Polling the pipe every millisecond instead was measured too and rejected:
-            # ~50 us of CPU per poll in this virtual machine, i.e. 4 % of a core taken all
-            # the time from a training process that uses every core.
-            ready, _, _ = select.select([0], [], [], worker.seconds_to_flush())
-            if not ready:
-                worker.tick()
-                continue
-            if not source.read():  # the training process is gone: keep what it sent
-                worker.handle({"op": "close"}, lambda _obj: None)
-                break
-        while source.lines and running:
-            line = source.lines.popleft()
-            running = worker.handle(json.loads(line), reply, courtesy.start())
+    ended = "the training process ended without finalize() (it crashed or was killed)"
+    try:
+        warm_up()
+        courtesy = Courtesy(source.hurried)
+        reply({"op": "ready"})
+        running = True
+        while running:
+            if not source.lines:
+                # Waiting in select() means the training process's write of a message
+                # wakes this process, which costs that write ~25-40 us here instead of
+                # ~14 us. Polling the pipe every millisecond instead was measured too and
+                # rejected: ~50 us of CPU per poll in this virtual machine, i.e. 4 % of a
+                # core taken all the time from a training process that uses every core.
+                wait = worker.seconds_to_flush()
+                wait = PARENT_CHECK_SECONDS if wait is None else min(wait, PARENT_CHECK_SECONDS)
+                ready, _, _ = select.select([0], [], [], wait)
+                if not ready:
+                    if os.getppid() != parent:
+                        # Gone, though children it forked may hold the pipe open: what it
+                        # sent before it died is still in the pipe.
+                        source.read_rest()
+                        listening[0] = False
+                        while source.lines and running:
+                            running = worker.handle(json.loads(source.lines.popleft()), reply)
+                        break
+                    worker.tick()
+                    worker.report_failure(reply)
+                    continue
+                if not source.read():  # the end of the input without "close"
+                    break
+            while source.lines and running:
+                line = source.lines.popleft()
+                running = worker.handle(json.loads(line), reply, courtesy.start())
+        if not running:
+            ended = ""  # "close" was handled: everything is written
+    except Exception as e:  # noqa: BLE001 - reported, and what was received is written
+        worker.fail(e)
+        worker.report_failure(reply)
+        ended = ""
+    if ended:
+        worker.end_abnormally(ended)
     # A training process killed between creating a segment and announcing it leaves the
     # file behind; nothing uses the prefix any more.
     for folder in segment_dirs:
@@ -617,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
                     pass
-    return 0
+    return 1 if worker.failed is not None else 0
 
 
 if __name__ == "__main__":  # pragma: no cover - started by client.py

@@ -64,7 +64,8 @@ def test_sigkill_at_random_points_leaves_a_readable_group(tmp_path):
         g = open_group(root / "g")
         assert g.skipped == []
         [trial] = g.list_trials()
-        assert trial.status == "running"
+        # "aborted" once the writer has written what it received (it may still be at it)
+        assert trial.status in ("running", "aborted")
         steps = g.list_steps("t")
         # Every step the steps table lists has its graph and tensors on disk.
         for step in steps["training_step"].unique().tolist():

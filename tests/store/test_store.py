@@ -119,15 +119,22 @@ def test_a_killed_writer_process_is_reported_not_waited_for(tmp_path):
     record_steps(rec, net, range(2))
     rec._writer._proc.kill()
     rec._writer._proc.wait()
-    with pytest.raises(StorageError, match="writer process exited"):
+    with pytest.raises(StorageError, match=r"writer process \(pid \d+\) was killed by SIGKILL"):
         record_steps(rec, net, range(2, 10))
         rec._writer.flush(timeout=60)
     mine = rec._writer._segment_prefix
     assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+    [trial] = open_group(tmp_path / "g").list_trials()
+    assert trial.status == "aborted"
 
 
-def test_steps_sent_before_the_training_process_ends_are_written_without_finalize(tmp_path):
-    """The writer writes what it got when its input ends (no finalize, long flush time)."""
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_steps_sent_before_the_training_process_ends_are_written_without_finalize(tmp_path,
+                                                                                 monkeypatch,
+                                                                                 mode):
+    """The writer writes what it got when its input ends (no finalize, long flush time),
+    then marks the trial aborted."""
+    monkeypatch.setenv("COMGRA_LIKE_WRITER", mode)
     import subprocess
     import sys
     import textwrap
@@ -157,10 +164,10 @@ def test_steps_sent_before_the_training_process_ends_are_written_without_finaliz
     deadline = time.monotonic() + 30
     while True:  # the writer may still be writing after its parent exited
         g = open_group(tmp_path / "g")
-        if g.list_steps("t")["training_step"].tolist() == [0, 1, 2, 3, 4] or \
-                time.monotonic() > deadline:
+        if g.list_trials()[0].status == "aborted" or time.monotonic() > deadline:
             break
         time.sleep(0.2)
+    assert g.list_trials()[0].status == "aborted"
     assert g.list_steps("t")["training_step"].tolist() == [0, 1, 2, 3, 4]
     assert g.read_tensor("t", 4, 0, "out", "out", "forward", "sample", 3).values.shape == (2,)
 
@@ -320,6 +327,7 @@ def test_tensor_shards_come_out_in_sort_order_without_sorting(tmp_path):
         rec.register_tensor("loss", loss, is_loss=True)
         loss.backward(retain_graph=True)
         rec.record_current_gradients("a")
+        loss.backward(retain_graph=True)  # a second group needs gradients of its own
         rec.record_current_gradients("b")
         rec.finish_iteration()
         rec.finish_batch()
