@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from comgra_like.vocabulary import COUNT_STATISTICS, STATISTIC_LABELS
+
 from .plot_text import plot_text
 
 #: Above this many values a heatmap is thinned (every k-th row/column) to stay responsive.
@@ -42,22 +44,9 @@ _DIVERGING = [
     [1.0, "#b2182b"],
 ]
 
-#: Statistic names → how the statistics table labels them (query API column names).
-STATISTIC_LABELS: Mapping[str, str] = {
-    "mean": "mean",
-    "abs_mean": "mean |x|",
-    "std": "std",
-    "abs_max": "max |x|",
-    "min": "min",
-    "max": "max",
-    "norm": "L2 norm",
-    "nan_count": "NaN count",
-    "inf_count": "inf count",
-    "numel": "values",
-    "svd_top": "top singular value",
-    "update_ratio": "‖update‖ / ‖weight‖",
-}
-_COUNT_STATISTICS = frozenset({"nan_count", "inf_count", "numel"})
+#: Statistics computed for some tensors only (NaN elsewhere: "does not apply", not a NaN
+#: in the data).
+_SOMETIMES_COMPUTED = frozenset({"svd_top", "update_ratio"})
 
 
 Figure = dict  # a plotly figure as a dict: {"data": [...], "layout": {...}}
@@ -130,10 +119,10 @@ def format_number(value: Any, statistic: str | None = None) -> str:
     except (TypeError, ValueError):
         return str(value)
     if math.isnan(number):
-        return "–" if statistic in ("svd_top", "update_ratio") else "NaN"
+        return "–" if statistic in _SOMETIMES_COMPUTED else "NaN"
     if math.isinf(number):
         return "inf" if number > 0 else "-inf"
-    if statistic in _COUNT_STATISTICS:
+    if statistic in COUNT_STATISTICS:
         return f"{int(number):,}"
     if number == 0:
         return "0"
@@ -152,7 +141,7 @@ def statistics_rows(stats: Mapping[str, float]) -> list[tuple[str, str, str]]:
         if name not in stats:
             continue
         value = stats[name]
-        if name in ("svd_top", "update_ratio") and _is_nan(value):
+        if name in _SOMETIMES_COMPUTED and _is_nan(value):
             continue
         rows.append((name, label, format_number(value, name)))
     for name in sorted(set(stats) - set(STATISTIC_LABELS)):

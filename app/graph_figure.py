@@ -50,6 +50,8 @@ from typing import Any, Protocol
 import plotly.graph_objects as go
 from dash import Patch
 
+from comgra_like import vocabulary as vocab
+
 from .graph_layout import Edge, GraphLayout, Point, compute_layout
 from .plot_text import plot_text
 
@@ -73,25 +75,25 @@ __all__ = [
     "short_label",
 ]
 
-KIND_ORDER = ("input", "calculated", "parameter", "target", "loss")
+KIND_ORDER = vocab.KINDS
 # Okabe-Ito palette (distinguishable with colour-vision deficiencies) plus one symbol
 # per kind, so the kind is never told by colour alone.
 KIND_COLORS: Mapping[str, str] = MappingProxyType(
     {
-        "input": "#0072B2",
-        "calculated": "#009E73",
-        "parameter": "#E69F00",
-        "target": "#CC79A7",
-        "loss": "#D55E00",
+        vocab.INPUT: "#0072B2",
+        vocab.CALCULATED: "#009E73",
+        vocab.PARAMETER: "#E69F00",
+        vocab.TARGET: "#CC79A7",
+        vocab.LOSS: "#D55E00",
     }
 )
 KIND_SYMBOLS: Mapping[str, str] = MappingProxyType(
     {
-        "input": "square",
-        "calculated": "circle",
-        "parameter": "diamond",
-        "target": "hexagon",
-        "loss": "star",
+        vocab.INPUT: "square",
+        vocab.CALCULATED: "circle",
+        vocab.PARAMETER: "diamond",
+        vocab.TARGET: "hexagon",
+        vocab.LOSS: "star",
     }
 )
 UNKNOWN_KIND_COLOR = "#7F7F7F"

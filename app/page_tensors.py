@@ -58,7 +58,7 @@ def build() -> html.Div:
     """The page layout (controls are filled by the selection callback)."""
     statistic = dcc.Dropdown(
         id=ids.selector("statistic"),
-        options=[{"label": s, "value": s} for s in sel.STATISTICS],
+        options=[{"label": s, "value": s} for s in sel.SERIES_STATISTICS],
         value="mean",
         clearable=False,
         searchable=False,

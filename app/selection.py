@@ -22,6 +22,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from comgra_like import vocabulary as vocab
+from comgra_like.vocabulary import ANY_TYPE
+
 #: Selector fields in dependency order: each field's options depend on the ones before.
 CHAIN: tuple[str, ...] = (
     "trial",
@@ -34,25 +37,17 @@ CHAIN: tuple[str, ...] = (
     "aggregation",
 )
 
-#: The "type of execution" option that does not filter training steps.
-ANY_TYPE = "any"
+#: Statistics offered for the series across steps: every statistic column but the number
+#: of values, which does not change from step to step.
+SERIES_STATISTICS: tuple[str, ...] = tuple(s for s in vocab.ALL_STATISTICS if s != "numel")
 
-#: Statistics offered for the series across steps (names of the query API's columns).
-STATISTICS: tuple[str, ...] = (
-    "mean",
-    "abs_mean",
-    "std",
-    "abs_max",
-    "min",
-    "max",
-    "norm",
-    "nan_count",
-    "inf_count",
-    "svd_top",
-    "update_ratio",
-)
-
-BATCH_AGGREGATIONS: tuple[str, ...] = ("batch_mean", "batch_abs_max", "batch_std")
+#: How the aggregation selector labels each aggregation (samples: "Sample <index>").
+AGGREGATION_LABELS = {
+    vocab.BATCH_MEAN: "mean over batch",
+    vocab.BATCH_ABS_MAX: "abs max over batch",
+    vocab.BATCH_STD: "std over batch",
+    vocab.NO_BATCH: "no batch dimension",
+}
 
 _SAMPLE_KEY = re.compile(r"^sample:(\d+)$")
 
@@ -72,8 +67,8 @@ class OptionSource(Protocol):
 
 def aggregation_key(aggregation: str, sample_index: int = -1) -> str:
     """One selector value for an (aggregation, sample_index) pair: 'batch_mean', 'sample:3'."""
-    if aggregation == "sample":
-        return f"sample:{int(sample_index)}"
+    if aggregation == vocab.SAMPLE:
+        return f"{vocab.SAMPLE}:{int(sample_index)}"
     return aggregation
 
 
@@ -81,29 +76,29 @@ def parse_aggregation(key: str) -> tuple[str, int]:
     """Inverse of :func:`aggregation_key`: 'sample:3' -> ('sample', 3), 'none' -> ('none', -1)."""
     match = _SAMPLE_KEY.match(key)
     if match:
-        return "sample", int(match.group(1))
+        return vocab.SAMPLE, int(match.group(1))
     return key, -1
 
 
 def aggregation_sort_key(key: str) -> tuple[int, int, str]:
     """Batch aggregations first, then samples in natural order (2 before 10), then 'none'."""
     aggregation, sample_index = parse_aggregation(key)
-    if aggregation in BATCH_AGGREGATIONS:
-        return (0, BATCH_AGGREGATIONS.index(aggregation), "")
-    if aggregation == "sample":
+    if aggregation in vocab.BATCH_AGGREGATIONS:
+        return (0, vocab.BATCH_AGGREGATIONS.index(aggregation), "")
+    if aggregation == vocab.SAMPLE:
         return (1, sample_index, "")
-    if aggregation == "none":
+    if aggregation == vocab.NO_BATCH:
         return (2, 0, "")
     return (3, 0, aggregation)
 
 
 def recording_type_sort_key(recording_type: str) -> tuple[int, str]:
     """forward, then the gradient groups by name, then update."""
-    if recording_type == "forward":
+    if recording_type == vocab.FORWARD:
         return (0, "")
-    if recording_type.startswith("gradient:"):
+    if vocab.is_gradient(recording_type):
         return (1, recording_type)
-    if recording_type == "update":
+    if recording_type == vocab.UPDATE:
         return (2, "")
     return (3, recording_type)
 
@@ -112,15 +107,11 @@ def option_label(field: str, value: Any) -> str:
     """The text a selector shows for ``value``."""
     if field == "aggregation":
         aggregation, sample_index = parse_aggregation(str(value))
-        return {
-            "batch_mean": "mean over batch",
-            "batch_abs_max": "abs max over batch",
-            "batch_std": "std over batch",
-            "sample": f"Sample {sample_index}",
-            "none": "no batch dimension",
-        }.get(aggregation, str(value))
-    if field == "recording_type" and str(value).startswith("gradient:"):
-        return f"gradient ({str(value)[len('gradient:') :]})"
+        if aggregation == vocab.SAMPLE:
+            return f"Sample {sample_index}"
+        return AGGREGATION_LABELS.get(aggregation, str(value))
+    if field == "recording_type" and vocab.is_gradient(str(value)):
+        return f"gradient ({vocab.loss_group_of(str(value))})"
     if field == "type_of_execution" and value == ANY_TYPE:
         return "any"
     return str(value)
@@ -152,7 +143,7 @@ def _aggregation_distance(key: str, wanted: str | None) -> tuple:
     aggregation, sample_index = parse_aggregation(key)
     if wanted is not None:
         wanted_aggregation, wanted_sample = parse_aggregation(wanted)
-        if aggregation == wanted_aggregation == "sample":
+        if aggregation == wanted_aggregation == vocab.SAMPLE:
             return (1, abs(sample_index - wanted_sample), sample_index)
     # batch_mean is the most common view; then the other batch views, samples, 'none'
     return (2, *aggregation_sort_key(key))

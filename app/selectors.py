@@ -17,6 +17,8 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, dcc, html, no_update
 
+from comgra_like.vocabulary import ANY_TYPE, SAMPLE
+
 from . import ids
 from . import selection as sel
 from .graph_figure import neighbor_in_direction
@@ -242,7 +244,7 @@ def apply_event(state: AppState, store: Any, event: tuple[str, Any] | None) -> d
             step = _clicked(payload)
             if step is not None and step not in steps:  # another type of execution
                 return sel.choose(
-                    sel.choose(store, "type_of_execution", sel.ANY_TYPE, source),
+                    sel.choose(store, "type_of_execution", ANY_TYPE, source),
                     "training_step",
                     int(step),
                     source,
@@ -285,11 +287,11 @@ def control_values(state: AppState, selection: Mapping[str, Any]) -> dict[str, A
             label = value if field == "node" else sel.option_label(field, value)
             if field == "aggregation":
                 aggregation, index = sel.parse_aggregation(value)
-                if aggregation == "sample" and categories.get(index):
+                if aggregation == SAMPLE and categories.get(index):
                     label = f"{label} ({categories[index]})"
             labels.append({"label": label, "value": value})
         dropdowns[field] = labels
-    dropdowns["statistic"] = [{"label": s, "value": s} for s in sel.STATISTICS]
+    dropdowns["statistic"] = [{"label": s, "value": s} for s in sel.SERIES_STATISTICS]
     values = dict(current) | {"statistic": selection.get("statistic", "mean")}
     steps = options["training_step"]
     step = current.get("training_step")

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from comgra_like.errors import ComgraError, NotFoundError
+from comgra_like.vocabulary import ANY_TYPE
 
 from . import selection as sel
 from .graph_figure import GraphFigureModel, build_graph_model
@@ -336,7 +337,7 @@ class AppState:
             lambda: tuple(
                 s
                 for s, info in steps.items()
-                if type_of_execution == sel.ANY_TYPE or info.type_of_execution == type_of_execution
+                if type_of_execution == ANY_TYPE or info.type_of_execution == type_of_execution
             ),
         )
 
@@ -479,7 +480,7 @@ class AppState:
         stored_node, stored_role, iteration = self.data_location(node, current["role"])
         aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
         toe = current.get("type_of_execution")
-        toe = None if toe in (None, sel.ANY_TYPE) else toe
+        toe = None if toe in (None, ANY_TYPE) else toe
         # Iterations are relative for nodes of a recurrent graph: a node stored at the
         # current iteration is followed at that iteration; step-level data at -1.
         key = (
@@ -615,7 +616,7 @@ class GroupOptions:
         if field == "trial":
             return state.trial_ids()
         if field == "type_of_execution":
-            return [sel.ANY_TYPE, *state.types_of_execution(up["trial"])]
+            return [ANY_TYPE, *state.types_of_execution(up["trial"])]
         if field == "training_step":
             return list(state.step_options(up["trial"], up["type_of_execution"]))
         steps = state.steps(up["trial"])

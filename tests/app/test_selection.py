@@ -9,6 +9,8 @@ from comgra_like.app.selection import CHAIN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from comgra_like.vocabulary import ANY_TYPE
+
 
 class FakeSource:
     """Recordings as a nested description.
@@ -26,10 +28,10 @@ class FakeSource:
             return sorted(self.trials)
         steps = self.trials[up["trial"]]
         if field == "type_of_execution":
-            return [sel.ANY_TYPE] + sorted({s["type"] for s in steps.values()})
+            return [ANY_TYPE] + sorted({s["type"] for s in steps.values()})
         if field == "training_step":
             toe = up["type_of_execution"]
-            return sorted(s for s, d in steps.items() if toe == sel.ANY_TYPE or d["type"] == toe)
+            return sorted(s for s, d in steps.items() if toe == ANY_TYPE or d["type"] == toe)
         its = steps[up["training_step"]]["iterations"]
         if field == "iteration":
             return sorted(its)
