@@ -3,7 +3,9 @@
 A recorded step is copied into one of a few *slots* of shared memory; a slot is busy from
 ``acquire()`` until the writer has read it. There are two slots, and up to eight while
 they fit in 128 MiB (so training does not wait while the writer writes a shard); beyond
-that a slow writer or disk slows training down instead of growing memory without limit.
+that a slow writer or disk slows training down instead of growing memory without limit;
+a writer that makes no progress at all for ``STALL_SECONDS`` while training waits for it
+ends the wait with a ``StorageError``.
 Everything else goes to the writer as one JSON line per message (``worker.py`` documents
 the protocol). No pickle anywhere.
 
