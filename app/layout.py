@@ -15,8 +15,7 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from . import ids, selectors
-from .plugin import VisualizationPlugin
-from .state import AppState
+from .parts import AppParts
 
 
 @dataclass(frozen=True)
@@ -48,14 +47,14 @@ def top_bar(pages: list[Page]) -> html.Header:
     )
 
 
-def build_shell(state: AppState, pages: list[Page]) -> html.Div:
+def build_shell(refresh_seconds: float, pages: list[Page]) -> html.Div:
     return html.Div(
         [
             dcc.Location(id=ids.URL, refresh=False),
             dcc.Store(id=ids.SELECTION, storage_type="session"),
             dcc.Store(id=ids.DATA_STATUS, storage_type="memory"),
             dcc.Store(id=ids.KEY_EVENT, storage_type="memory"),
-            dcc.Interval(id=ids.TICK, interval=int(state.refresh_seconds * 1000)),
+            dcc.Interval(id=ids.TICK, interval=int(refresh_seconds * 1000)),
             top_bar(pages),
             html.Div(id=ids.BANNER, className="banner-area"),
             html.Main(id=ids.PAGE, className="page"),
@@ -98,8 +97,9 @@ def banner(status: dict | None) -> list:
 
 
 def register_callbacks(
-    app: dash.Dash, state: AppState, pages: list[Page], plugin: VisualizationPlugin | None
+    app: dash.Dash, parts: AppParts, pages: list[Page]
 ) -> None:
+    data, plugin = parts.data, parts.plugin
     by_path = {p.path: p for p in pages}
 
     @app.callback(
@@ -131,7 +131,7 @@ def register_callbacks(
     def tick(_n: int | None, previous: dict | None) -> Any:
         # The cheap "data version" check every view depends on; it only changes the store
         # (and so wakes the views) when something was found.
-        status = state.refresh().as_dict()
+        status = data.refresh().as_dict()
         status["plugin_mtime"] = plugin.mtime() if plugin is not None else None
         return status if status != previous else no_update
 

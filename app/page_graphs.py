@@ -10,7 +10,7 @@ from dash import Input, Output, dcc, html, no_update
 from comgra_like.errors import ComgraError
 
 from . import figures, ids
-from .state import AppState
+from .parts import AppParts
 
 PATH = "/graphs"
 NAME = "Graphs"
@@ -43,7 +43,9 @@ def kpi_graphs(frame: Any) -> Any:
     ]
 
 
-def register_callbacks(app: dash.Dash, state: AppState) -> None:
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
     @app.callback(
         Output(ids.KPI_GRAPHS, "children"),
         Output(ids.KPI_KEY, "data"),
@@ -56,7 +58,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         if trial is None:
             return html.P("No trial selected.", className="text-muted"), None
         try:
-            frame = state.kpis(trial)
+            frame = data.kpis(trial)
         except ComgraError as exc:
             return html.P(str(exc), className="text-danger"), None
         last = float(frame["wall_time"].max()) if len(frame) else None

@@ -10,7 +10,7 @@ from dash import Input, Output, dcc, html, no_update
 from comgra_like.errors import ComgraError
 
 from . import figures, ids
-from .state import AppState
+from .parts import AppParts
 
 PATH = "/network"
 NAME = "Network"
@@ -92,7 +92,9 @@ def network_table(modules: list[Any]) -> html.Div:
     )
 
 
-def register_callbacks(app: dash.Dash, state: AppState) -> None:
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
     @app.callback(
         Output(ids.NETWORK_TABLE, "children"),
         Output(ids.NETWORK_KEY, "data"),
@@ -105,7 +107,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         if trial is None:
             return html.P("No trial selected.", className="text-muted"), None
         try:
-            modules = state.modules(trial)
+            modules = data.modules(trial)
         except ComgraError as exc:
             return html.P(str(exc), className="text-danger"), None
         key = [trial, repr(modules)]

@@ -11,7 +11,7 @@ from dash import Input, Output, dcc, html, no_update
 from comgra_like.errors import ComgraError
 
 from . import figures, ids
-from .state import AppState
+from .parts import AppParts
 
 PATH = "/notes"
 NAME = "Notes"
@@ -57,7 +57,9 @@ def notes_list(notes: list[Any], query: str | None) -> html.Div:
     )
 
 
-def register_callbacks(app: dash.Dash, state: AppState) -> None:
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
     @app.callback(
         Output(ids.NOTES_LIST, "children"),
         Output(ids.NOTES_KEY, "data"),
@@ -71,7 +73,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         if trial is None:
             return html.P("No trial selected.", className="text-muted"), None
         try:
-            notes = state.notes(trial)
+            notes = data.notes(trial)
         except ComgraError as exc:
             return html.P(str(exc), className="text-danger"), None
         key = [trial, len(notes), query or ""]

@@ -23,10 +23,11 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 
 from comgra_like.errors import ComgraError
 
-from . import figures, ids, selectors
+from . import figures, ids, selectors, views
 from . import selection as sel
+from .data import AppData
 from .graph_figure import build_graph_figure, highlight_patch
-from .state import AppState
+from .parts import AppParts
 
 PATH = "/"
 NAME = "Tensors"
@@ -184,7 +185,9 @@ def _message(text: str) -> html.Div:
 # --- callbacks ------------------------------------------------------------------------
 
 
-def register_callbacks(app: dash.Dash, state: AppState) -> None:
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data, timings = parts.data, parts.timings
+
     @app.callback(
         Output(ids.dependency_graph(), "figure"),
         Output(ids.GRAPH_KEY, "data"),
@@ -207,7 +210,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
             if shown == key:
                 return no_update, no_update, no_update
             return figures.empty_figure(message), key, None
-        model = state.graph_model(trial, step, iteration)
+        model = views.graph_model(data, trial, step, iteration)
         if model is None:
             key = {"graph": None, "message": "graph not written yet"}
             return (
@@ -226,7 +229,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
             if drawn == highlight:
                 return no_update, key, no_update
             result = highlight_patch(model, node, role)
-            state.timings.record("graph_patch", time.perf_counter() - started)
+            timings.record("graph_patch", time.perf_counter() - started)
             return result, key, highlight
         figure = build_graph_figure(
             model,
@@ -235,7 +238,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
             width_px=GRAPH_WIDTH_PX,
             height_px=GRAPH_HEIGHT_PX,
         )
-        state.timings.record("graph_figure", time.perf_counter() - started)
+        timings.record("graph_figure", time.perf_counter() - started)
         return figure, key, highlight
 
     app.clientside_callback(
@@ -261,11 +264,11 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
     def show_values(selection: dict | None, _status: Any, shown: Any) -> tuple:
         started = time.perf_counter()
         current = (selection or {}).get("current") or {}
-        key = [current, _live_version(state, current)]
+        key = [current, _live_version(data, current)]
         if key == shown:
             return no_update, no_update, no_update, no_update
         info = (
-            state.steps(current.get("trial")).get(current.get("training_step"))
+            data.steps(current.get("trial")).get(current.get("training_step"))
             if current.get("trial")
             else None
         )
@@ -282,12 +285,12 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
                 figures.empty_figure(text, VIEW_HEIGHT),
                 key,
             )
-        node = state.graph_node(
+        node = data.graph_node(
             current["trial"], current["training_step"], current["iteration"], current["node"]
         )
         kind = node.kind if node is not None else None
         try:
-            record = state.read_tensor(current)
+            record = data.read_tensor(current)
         except ComgraError as exc:
             return (
                 value_header(current, toe, kind, None),
@@ -296,7 +299,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
                 key,
             )
         figure = figures.neuron_figure(record.values, height=VIEW_HEIGHT)
-        state.timings.record("values", time.perf_counter() - started)
+        timings.record("values", time.perf_counter() - started)
         return (
             value_header(current, toe, record.kind or kind, record.shape),
             statistics_table(record.stats),
@@ -321,7 +324,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         key = {
             "what": what,
             "statistic": statistic,
-            "version": state.trial_version(current.get("trial")),
+            "version": data.trial_version(current.get("trial")),
             "step": step,
         }
         if key == shown:
@@ -335,16 +338,16 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         if not is_complete(current):
             return figures.empty_figure("", VIEW_HEIGHT), key
         try:
-            frame = state.read_series(current, statistic)
+            frame = data.read_series(current, statistic)
         except ComgraError as exc:
             return figures.empty_figure(str(exc), VIEW_HEIGHT), key
         figure = figures.series_figure(frame, statistic, step, height=VIEW_HEIGHT)
         figure["layout"]["uirevision"] = str(what)  # zoom survives step changes
-        state.timings.record("series", time.perf_counter() - started)
+        timings.record("series", time.perf_counter() - started)
         return figure, key
 
 
-def _live_version(state: AppState, current: Mapping[str, Any]) -> int:
+def _live_version(data: AppData, current: Mapping[str, Any]) -> int:
     """The trial's data version if the shown step may still be filling, else 0.
 
     Only the newest step of a trial can get more rows; older steps never change, so
@@ -352,8 +355,8 @@ def _live_version(state: AppState, current: Mapping[str, Any]) -> int:
     """
     trial, step = current.get("trial"), current.get("training_step")
     if trial is None or step is None:
-        return state.trial_version(trial)
-    steps = state.steps(trial)
+        return data.trial_version(trial)
+    steps = data.steps(trial)
     if steps and step == max(steps):
-        return state.trial_version(trial)
+        return data.trial_version(trial)
     return 0

@@ -10,8 +10,9 @@ from dash import Input, Output, dcc, html, no_update
 
 from . import ids
 from . import selection as sel
-from .plugin import VisualizationContext, VisualizationPlugin
-from .state import AppState
+from .data import AppData
+from .parts import AppParts
+from .plugin import VisualizationContext
 
 PATH = "/visualization"
 NAME = "Visualization"
@@ -27,22 +28,22 @@ def build() -> html.Div:
     )
 
 
-def context_for(state: AppState, current: dict) -> VisualizationContext:
+def context_for(data: AppData, current: dict) -> VisualizationContext:
     """The plugin's view of the selection (node/role resolved to where the data is stored)."""
     trial, step, iteration = (
         current.get("trial"),
         current.get("training_step"),
         current.get("iteration"),
     )
-    info = state.steps(trial).get(step) if trial is not None else None
+    info = data.steps(trial).get(step) if trial is not None else None
     node_name, role, data_iteration = current.get("node"), current.get("role"), iteration
     node = (
-        state.graph_node(trial, step, iteration, node_name)
+        data.graph_node(trial, step, iteration, node_name)
         if None not in (trial, step, iteration, node_name)
         else None
     )
     if node is not None and role is not None:
-        node_name, role, data_iteration = state.data_location(node, role)
+        node_name, role, data_iteration = data.data_location(node, role)
     aggregation, sample_index = (
         sel.parse_aggregation(current["aggregation"]) if current.get("aggregation") else (None, -1)
     )
@@ -56,12 +57,14 @@ def context_for(state: AppState, current: dict) -> VisualizationContext:
         recording_type=current.get("recording_type"),
         aggregation=aggregation,
         sample_index=sample_index,
-        query=state.group,
+        query=data.group,
         data_iteration=data_iteration,
     )
 
 
-def register_callbacks(app: dash.Dash, state: AppState, plugin: VisualizationPlugin | None) -> None:
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data, plugin = parts.data, parts.plugin
+
     @app.callback(
         Output(ids.VISUALIZATION, "children"),
         Output(ids.VISUALIZATION_KEY, "data"),
@@ -82,12 +85,12 @@ def register_callbacks(app: dash.Dash, state: AppState, plugin: VisualizationPlu
                 className="text-muted",
             ), None
         current = (selection or {}).get("current") or {}
-        key = [current, plugin.mtime(), state.trial_version(current.get("trial"))]
+        key = [current, plugin.mtime(), data.trial_version(current.get("trial"))]
         if key == shown:
             return no_update, no_update
         started = time.perf_counter()
-        content = plugin.render(context_for(state, current))
-        state.timings.record("plugin", time.perf_counter() - started)
+        content = plugin.render(context_for(data, current))
+        parts.timings.record("plugin", time.perf_counter() - started)
         return html.Div(
             [html.Div(f"{plugin.path.name}", className="text-muted small mb-1"), content]
         ), key

@@ -19,10 +19,11 @@ from dash import ALL, Input, Output, State, dcc, html, no_update
 
 from comgra_like.vocabulary import ANY_TYPE, SAMPLE
 
-from . import ids
+from . import ids, views
 from . import selection as sel
+from .data import AppData
 from .graph_figure import neighbor_in_direction
-from .state import AppState
+from .parts import AppParts
 
 #: Selector fields drawn as a labelled dropdown with ◀ ▶, in the order of the panel.
 PANEL_FIELDS: tuple[tuple[str, str], ...] = (
@@ -213,9 +214,9 @@ def _clicked(click_data: Any) -> Any:
     return data
 
 
-def apply_event(state: AppState, store: Any, event: tuple[str, Any] | None) -> dict:
-    """The new selection for one user action (pure apart from reading options via ``state``)."""
-    source = state.option_source()
+def apply_event(data: AppData, store: Any, event: tuple[str, Any] | None) -> dict:
+    """The new selection for one user action (pure apart from reading options via ``data``)."""
+    source = data.option_source()
     if event is None:
         return sel.refresh(store, source)
     kind, payload = event
@@ -261,7 +262,9 @@ def apply_event(state: AppState, store: Any, event: tuple[str, Any] | None) -> d
         direction = (payload or {}).get("direction")
         if direction not in _KEY_DIRECTIONS or current.get("node") is None:
             return sel.refresh(store, source)
-        model = state.graph_model(current["trial"], current["training_step"], current["iteration"])
+        model = views.graph_model(
+            data, current["trial"], current["training_step"], current["iteration"]
+        )
         target = neighbor_in_direction(model, current["node"], direction) if model else None
         if target is None:
             return sel.refresh(store, source)
@@ -269,13 +272,13 @@ def apply_event(state: AppState, store: Any, event: tuple[str, Any] | None) -> d
     return sel.refresh(store, source)
 
 
-def control_values(state: AppState, selection: Mapping[str, Any]) -> dict[str, Any]:
+def control_values(data: AppData, selection: Mapping[str, Any]) -> dict[str, Any]:
     """Options and values of every control for a selection."""
-    source = state.option_source()
+    source = data.option_source()
     current = selection["current"]
     options = sel.all_options(current, source)
     info = (
-        state.steps(current["trial"]).get(current.get("training_step"))
+        data.steps(current["trial"]).get(current.get("training_step"))
         if current.get("trial")
         else None
     )
@@ -305,7 +308,9 @@ def control_values(state: AppState, selection: Mapping[str, Any]) -> dict[str, A
     }
 
 
-def register_callbacks(app: dash.Dash, state: AppState) -> None:
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
     @app.callback(
         Output(ids.SELECTION, "data"),
         Output(ids.selector(ALL), "options"),
@@ -332,12 +337,12 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
         ctx = dash.callback_context
         store = args[-1]
         event = _triggered_event(ctx)
-        new = apply_event(state, store, event)
-        controls = control_values(state, new)
+        new = apply_event(data, store, event)
+        controls = control_values(data, new)
         # After a user action on data the page already shows, only send what changed:
         # every control sent is re-rendered in the browser (~5 ms each).
         old = (
-            control_values(state, store)
+            control_values(data, store)
             if event is not None and store and store.get("current")
             else None
         )
@@ -385,6 +390,7 @@ def register_callbacks(app: dash.Dash, state: AppState) -> None:
             [controls["step_index"] if index_changed else no_update for _ in outputs[7]],
             [step if step_changed else no_update for _ in outputs[8]],
         )
-        state.prefetch_neighbours(new["current"].get("trial"), step, steps)
-        state.timings.record("selection", time.perf_counter() - started)
+        if parts.prefetch is not None:
+            parts.prefetch.neighbours_of(new["current"].get("trial"), step, steps)
+        parts.timings.record("selection", time.perf_counter() - started)
         return result

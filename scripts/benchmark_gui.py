@@ -227,10 +227,15 @@ def serve(path: str, cache_mb: float, refresh_seconds: float, prefetch: bool = T
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    app = create_app(path, cache_bytes=int(cache_mb * 2**20), refresh_seconds=refresh_seconds)
-    state = app.comgra_state
-    if not prefetch:  # --no-prefetch: what the neighbour prefetch costs the view callbacks
-        state.prefetch_neighbours = lambda *args, **kwargs: None
+    # --no-prefetch: what the neighbour prefetch costs the view callbacks
+    app = create_app(
+        path,
+        cache_bytes=int(cache_mb * 2**20),
+        refresh_seconds=refresh_seconds,
+        prefetch=prefetch,
+    )
+    state = app.comgra_parts.data
+    timings = app.comgra_parts.timings
     refreshes: list[dict] = []
     group_times: list[float] = []
 
@@ -283,7 +288,7 @@ def serve(path: str, cache_mb: float, refresh_seconds: float, prefetch: bool = T
                 "arrow_bytes": pa.total_allocated_bytes(),
                 "arrow_pool": pa.default_memory_pool().backend_name,
                 "python_blocks": sys.getallocatedblocks(),
-                "timings": state.timings.summary(),
+                "timings": timings.summary(),
                 "refreshes": refreshes[-50:],
             }
         )

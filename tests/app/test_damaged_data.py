@@ -11,7 +11,7 @@ import shutil
 import pytest
 from comgra_like.app import selection as sel
 from comgra_like.app import selectors
-from comgra_like.app.state import AppState
+from comgra_like.app.data import AppData
 
 from comgra_like.errors import StorageError
 from comgra_like.query import open_group
@@ -26,17 +26,17 @@ def damaged(tmp_path, tiny_group):
     return damaged_copy(tiny_group, tmp_path)
 
 
-def walk_steps(state: AppState, store: dict) -> list[int]:
+def walk_steps(data: AppData, store: dict) -> list[int]:
     """The steps ▶ visits from the first one, checking each shows its values."""
     while True:
-        state.read_tensor(store["current"])  # the values of what is shown can be read
-        new = selectors.apply_event(state, store, ("nudge", ("training_step", 1)))
+        data.read_tensor(store["current"])  # the values of what is shown can be read
+        new = selectors.apply_event(data, store, ("nudge", ("training_step", 1)))
         if new["current"]["training_step"] == store["current"]["training_step"]:
             break
         store = new
     visited = [store["current"]["training_step"]]
     while True:
-        new = selectors.apply_event(state, store, ("nudge", ("training_step", -1)))
+        new = selectors.apply_event(data, store, ("nudge", ("training_step", -1)))
         if new["current"]["training_step"] == store["current"]["training_step"]:
             return visited[::-1]
         store = new
@@ -135,22 +135,22 @@ def test_damaged_modules_and_notes_are_reported_not_raised_as_python_errors(dama
     assert texts[-2:] == ['["a list, not a note"]', '{"text": "after it", "wall_time": "soon"}']
 
 
-# --- the GUI's state: the selection callback's work ------------------------------------
+# --- the data layer and the selection callback ------------------------------------
 
 
 def test_the_gui_opens_a_first_trial_with_damaged_files_and_shows_every_other_step(damaged):
-    state = AppState(damaged["group"])
-    store = selectors.apply_event(state, None, None)  # what the first page load does
+    data = AppData(damaged["group"])
+    store = selectors.apply_event(data, None, None)  # what the first page load does
     current = store["current"]
     assert current["trial"] == FIRST_TRIAL and all(current[f] is not None for f in sel.CHAIN)
     # step 0 has no readable values, iteration 0 no readable graph
     assert (current["training_step"], current["iteration"]) == (1, 1)
-    controls = selectors.control_values(state, store)
+    controls = selectors.control_values(data, store)
     assert controls["options"]["trial"] == [
         {"label": "trial_a", "value": "trial_a"}, {"label": "trial_b", "value": "trial_b"}
     ]
-    assert walk_steps(state, store) == RECORDED[1:]
-    skipped = dict(state.status().skipped)
+    assert walk_steps(data, store) == RECORDED[1:]
+    skipped = dict(data.status().skipped)
     trial = f"trials/{FIRST_TRIAL}"
     assert set(skipped) == {
         f"{trial}/tensors/{damaged['shard'].name}", f"{trial}/graphs/{damaged['graph'].name}"
@@ -158,28 +158,28 @@ def test_the_gui_opens_a_first_trial_with_damaged_files_and_shows_every_other_st
     assert "unreadable shard" in skipped[f"{trial}/tensors/{damaged['shard'].name}"]
     assert "wrong structure" in skipped[f"{trial}/graphs/{damaged['graph'].name}"]
     # the other trial is untouched
-    other = selectors.apply_event(state, store, ("choose", ("trial", "trial_b")))
+    other = selectors.apply_event(data, store, ("choose", ("trial", "trial_b")))
     assert (other["current"]["training_step"], other["current"]["iteration"]) == (0, 0)
 
 
 def test_steps_go_on_past_a_shard_damaged_after_the_gui_indexed_it(damaged):
-    state = AppState(damaged["group"])
-    store = selectors.apply_event(state, None, None)
-    store = selectors.apply_event(state, store, ("choose", ("training_step", 5)))
+    data = AppData(damaged["group"])
+    store = selectors.apply_event(data, None, None)
+    store = selectors.apply_event(data, store, ("choose", ("training_step", 5)))
     corrupt_data_pages(damaged["shards"][8])  # rewritten in place while the GUI runs
-    store = selectors.apply_event(state, store, ("nudge", ("training_step", 1)))
+    store = selectors.apply_event(data, store, ("nudge", ("training_step", 1)))
     assert store["current"]["training_step"] == 9
-    store = selectors.apply_event(state, store, ("nudge", ("training_step", -1)))
+    store = selectors.apply_event(data, store, ("nudge", ("training_step", -1)))
     assert store["current"]["training_step"] == 5
     assert f"trials/{FIRST_TRIAL}/tensors/{damaged['shards'][8].name}" in dict(
-        state.status().skipped
+        data.status().skipped
     )
 
 
 def test_typed_steps_snap_to_a_readable_one(damaged):
-    state = AppState(damaged["group"])
-    store = selectors.apply_event(state, None, None)
-    store = selectors.apply_event(state, store, ("step-typed", 0))
+    data = AppData(damaged["group"])
+    store = selectors.apply_event(data, None, None)
+    store = selectors.apply_event(data, store, ("step-typed", 0))
     assert store["current"]["training_step"] == 1
 
 
@@ -205,33 +205,33 @@ def test_a_bad_trial_json_is_reported_once_and_changes_nothing_on_refresh(
     bad = group_dir / "trials" / "zz_bad"
     bad.mkdir()
     (bad / "trial.json").write_text(content)
-    state = AppState(group_dir, refresh_seconds=0)
-    first = state.refresh(force=True).as_dict()
-    version = state.group.version
+    data = AppData(group_dir, refresh_seconds=0)
+    first = data.refresh(force=True).as_dict()
+    version = data.group.version
     assert [s for s, _ in first["skipped"]] == ["trials/zz_bad/trial.json"]
     for _ in range(30):
-        status = state.refresh(force=True).as_dict()
+        status = data.refresh(force=True).as_dict()
         assert len(status["skipped"]) == 1
         assert status == first  # the tick sends nothing, so no view recomputes
-    assert state.group.version == version
-    assert state.trial_ids() == ["trial_a", "trial_b"]
+    assert data.group.version == version
+    assert data.trial_ids() == ["trial_a", "trial_b"]
     # fixed: looked at again because it changed, and shown
     info = json.loads((group_dir / "trials" / "trial_b" / "trial.json").read_text())
     (bad / "trial.json").write_text(json.dumps(info | {"trial_id": "zz_bad"}))
     os.utime(bad / "trial.json", ns=(1, 1))
-    status = state.refresh(force=True).as_dict()
+    status = data.refresh(force=True).as_dict()
     assert status["skipped"] == [] and "zz_bad" in status["trials"]
 
 
 def test_a_trial_json_damaged_after_it_was_read_keeps_the_trial(tmp_path, tiny_group):
     group_dir = tmp_path / "g"
     shutil.copytree(tiny_group, group_dir)
-    state = AppState(group_dir, refresh_seconds=0)
+    data = AppData(group_dir, refresh_seconds=0)
     (group_dir / "trials" / "trial_b" / "trial.json").write_text("{ torn")
-    first = state.refresh(force=True).as_dict()
+    first = data.refresh(force=True).as_dict()
     assert len(first["skipped"]) == 1 and "trial_b" in first["trials"]
     for _ in range(10):
-        assert state.refresh(force=True).as_dict() == first
+        assert data.refresh(force=True).as_dict() == first
 
 
 def test_split_shards_hold_what_the_recorder_wrote(tmp_path, tiny_group):

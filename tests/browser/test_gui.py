@@ -170,7 +170,7 @@ def test_tensors_page_walks_graph_and_selectors(dash_duo, tiny_group):
     click_node(dash_duo, 4, graph=css(ids.series_graph()))
     wait_for_header(dash_duo, "step", "4")
 
-    timings = app.comgra_state.timings.summary()
+    timings = app.comgra_parts.timings.summary()
     assert timings["selection"]["median_ms"] < 500, timings
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
 
@@ -306,16 +306,16 @@ def test_a_click_is_highlighted_before_the_server_answers(dash_duo, tiny_group, 
     slow_clicks = []
     apply_event = selectors.apply_event
 
-    def slow_apply_event(state, store, event):
+    def slow_apply_event(data, selection, event):
         if event and event[0] == "node-click" and slow_clicks:
             time.sleep(slow_clicks[0])
-        return apply_event(state, store, event)
+        return apply_event(data, selection, event)
 
     monkeypatch.setattr(selectors, "apply_event", slow_apply_event)
     app = start(dash_duo, tiny_group)
-    state = app.comgra_state
+    timings = app.comgra_parts.timings
     wait_for_ring(dash_duo, "input")
-    patches = state.timings.summary().get("graph_patch", {}).get("count", 0)
+    patches = timings.summary().get("graph_patch", {}).get("count", 0)
 
     slow_clicks.append(3.0)  # the server takes 3 s to answer a click
     click_node(dash_duo, "memory")
@@ -325,18 +325,19 @@ def test_a_click_is_highlighted_before_the_server_answers(dash_duo, tiny_group, 
     time.sleep(0.3)
     assert ringed_node(dash_duo) == "memory"
     # the server agreed with what the browser drew: it sent no patch of its own
-    assert state.timings.summary().get("graph_patch", {}).get("count", 0) == patches
+    assert timings.summary().get("graph_patch", {}).get("count", 0) == patches
     slow_clicks.clear()
 
     # a node the selection cannot take (nothing recorded for it): the ring goes back to
     # the selected node, also when the same node is clicked again (the selection does
     # not change then)
-    recorded = state.recorded
+    data = app.comgra_parts.data
+    recorded = data.recorded
 
     def nothing_for_weight(trial, step, node, role):
         return {} if node.name == "net.cell.weight" else recorded(trial, step, node, role)
 
-    state.recorded = nothing_for_weight
+    data.recorded = nothing_for_weight
     for _ in range(2):
         click_node(dash_duo, "net.cell.weight")
         time.sleep(1.0)
@@ -400,11 +401,12 @@ def test_the_browser_computes_the_highlight_of_the_server(dash_duo, tiny_group):
         build_graph_model,
         highlight_updates,
     )
+    from comgra_like.app.views import graph_model
     from plotly.io.json import to_json_plotly
 
     app = start(dash_duo, tiny_group)
-    state = app.comgra_state
-    models = [state.graph_model("trial_a", 5, iteration) for iteration in (0, 1, 2)]
+    data = app.comgra_parts.data
+    models = [graph_model(data, "trial_a", 5, iteration) for iteration in (0, 1, 2)]
     models += [build_graph_model(_role_graph(40)), build_graph_model(_role_graph(400))]
     assert len(models[-1].drawn_edges) > MAX_ARROWS and models[-1].layout.reversed_edges
     checked = 0

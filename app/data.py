@@ -1,22 +1,23 @@
-"""Server-side data access of one GUI: the group, refreshes, and a bounded cache.
+"""The data layer of one GUI: the group, refreshes, and a bounded cache of derived data.
 
-One :class:`AppState` per ``create_app`` call, shared by every browser session of that
-app (selection state lives in the browser; only data lives here). Everything goes
-through the query API (``comgra_like.query``); nothing here opens a file.
+One :class:`AppData` per ``create_app`` call, shared by every browser session of that
+app (the selection lives in the browser; only data lives here). Everything goes through
+the query API (``comgra_like.query``); nothing here opens a file, builds a figure or
+knows a page. What it derives is what the selection needs: the recorded steps, graphs
+and the index of what each step recorded (:class:`GroupOptions`).
 
 Caches: the query API's own LRU cache holds the raw tables (3/4 of ``cache_bytes``);
-this module's :class:`ByteLRU` (the remaining 1/4) holds what the GUI derives from them
-(option indexes, graph layouts, series). Derived entries are keyed by the trial's data
-version, so a refresh that finds new data for a trial makes them stale by construction.
+a :class:`~comgra_like.app.cache.ByteLRU` (the remaining 1/4) holds what the GUI derives
+from them (option indexes, series, and the views' models through :meth:`AppData.cached`).
+Derived entries are keyed by the trial's data version, so a refresh that finds new data
+for a trial makes them stale by construction.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,64 +29,12 @@ from comgra_like.errors import ComgraError, NotFoundError
 from comgra_like.vocabulary import ANY_TYPE
 
 from . import selection as sel
-from .graph_figure import GraphFigureModel, build_graph_model
+from .cache import ByteLRU, estimate_bytes
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
-#: The neighbour prefetch starts only when no callback has run for this long (the views
-#: of a change are requested some 40 ms after the selection callback answered) ...
-PREFETCH_QUIET_SECONDS = 0.15
-#: ... and at the latest this long after it was asked for, busy or not.
-PREFETCH_MAX_WAIT_SECONDS = 3.0
 #: At most this many unforeseen read failures are kept for the banner (the log has all).
 MAX_READ_PROBLEMS = 50
 log = logging.getLogger("comgra_like.app")
-
-
-class ByteLRU:
-    """A least-recently-used cache bounded by the (estimated) bytes of its values. Thread-safe."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = int(max_bytes)
-        self.bytes = 0
-        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return default
-            self._items.move_to_end(key)
-            return item[0]
-
-    def put(self, key: Any, value: Any, size: int) -> None:
-        with self._lock:
-            if key in self._items:
-                self.bytes -= self._items.pop(key)[1]
-            if size > self.max_bytes:
-                return  # larger than the whole cache: not worth evicting everything
-            self._items[key] = (value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, evicted) = self._items.popitem(last=False)
-                self.bytes -= evicted
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-def estimate_bytes(value: Any) -> int:
-    """A rough size for the cache bound (frames and arrays exactly, the rest by count)."""
-    if isinstance(value, pd.DataFrame):
-        return int(value.memory_usage(index=True, deep=False).sum()) + 256
-    nbytes = getattr(value, "nbytes", None)
-    if isinstance(nbytes, int):
-        return nbytes + 128
-    if isinstance(value, Mapping):
-        return 256 + sum(estimate_bytes(k) + estimate_bytes(v) for k, v in value.items())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return 64 + sum(estimate_bytes(v) for v in value)
-    return sys.getsizeof(value, 64)
 
 
 _INDEX_COLUMNS = ("iteration", "node", "role", "recording_type", "aggregation", "sample_index")
@@ -95,34 +44,6 @@ def _tensor_index_bytes(index: Mapping[tuple, Mapping[str, tuple[str, ...]]]) ->
     """A rough size of a tensor index, from its shape (walking it with estimate_bytes cost
     ~15% of building it); the aggregation tuples are shared between entries."""
     return 256 + sum(400 + 250 * len(by_type) for by_type in index.values())
-
-
-class Timings:
-    """The last server times of named callbacks (for the debug log and benchmarks)."""
-
-    def __init__(self, keep: int = 200):
-        self.keep = keep
-        self._values: dict[str, list[float]] = {}
-        self._lock = threading.Lock()
-
-    def record(self, name: str, seconds: float) -> None:
-        with self._lock:
-            values = self._values.setdefault(name, [])
-            values.append(seconds)
-            del values[: -self.keep]
-
-    def summary(self) -> dict[str, dict[str, float]]:
-        """name -> count, median and max in milliseconds."""
-        with self._lock:
-            out = {}
-            for name, values in self._values.items():
-                ordered = sorted(values)
-                out[name] = {
-                    "count": len(values),
-                    "median_ms": 1000 * ordered[len(ordered) // 2],
-                    "max_ms": 1000 * ordered[-1],
-                }
-            return out
 
 
 @dataclass(frozen=True)
@@ -161,7 +82,7 @@ def _as_list(value: Any) -> list:
     return [] if value is None else list(value)
 
 
-class AppState:
+class AppData:
     """The data side of one GUI: the group (opened lazily), refreshes, derived caches."""
 
     def __init__(
@@ -187,15 +108,6 @@ class AppState:
         self._trial_versions: dict[str, int] = {}
         # reads that failed in a way the query API did not foresee: where -> why
         self._read_problems: dict[str, str] = {}
-        self.timings = Timings()
-        # prefetch: the newest wish (keys of the neighbours of the step last shown) waits
-        # in _prefetch_wish until the callbacks are done; an older wish is dropped.
-        self._prefetch_wish: tuple[float, list[tuple]] | None = None
-        self._prefetch_thread: threading.Thread | None = None
-        # not _lock: a slow refresh must not block it
-        self._prefetch_wake = threading.Condition(threading.Lock())
-        self._callbacks_running = 0
-        self._last_callback_end = 0.0
         self.refresh(force=True)
 
     # --- refresh ----------------------------------------------------------------------
@@ -288,9 +200,14 @@ class AppState:
 
     # --- cached reads -----------------------------------------------------------------
 
-    def _cached(
+    def cached(
         self, key: tuple, compute: Callable[[], Any], size: Callable[[Any], int] = estimate_bytes
     ) -> Any:
+        """``compute()``, kept in the derived cache under ``key`` (None is never kept).
+
+        The views keep their models here too; a key that depends on data that can grow
+        must contain :meth:`trial_version`.
+        """
         missing = object()
         value = self.cache.get(key, missing)
         if value is missing:
@@ -314,7 +231,7 @@ class AppState:
         if self._group is None or trial_id not in self.trial_ids():
             return {}
         key = ("steps", trial_id, self.trial_version(trial_id))
-        return self._cached(
+        return self.cached(
             key, lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id), {})
         )
 
@@ -322,7 +239,7 @@ class AppState:
         """The types of execution of a trial's recorded steps, sorted."""
         key = ("types_of_execution", trial_id, self.trial_version(trial_id))
         steps = self.steps(trial_id)
-        return self._cached(
+        return self.cached(
             key, lambda: tuple(sorted({s.type_of_execution for s in steps.values()}))
         )
 
@@ -332,7 +249,7 @@ class AppState:
         Cached: the selection asks for them many times per call (thousands of steps)."""
         key = ("step_options", trial_id, self.trial_version(trial_id), type_of_execution)
         steps = self.steps(trial_id)
-        return self._cached(
+        return self.cached(
             key,
             lambda: tuple(
                 s
@@ -375,19 +292,8 @@ class AppState:
             )
 
         # A graph's content (and its node iterations) is fixed by its hash and iteration.
-        graph = self._cached(("graph", trial_id, digest, iteration), read)
+        graph = self.cached(("graph", trial_id, digest, iteration), read)
         return graph
-
-    def graph_model(
-        self, trial_id: str, training_step: int, iteration: int
-    ) -> GraphFigureModel | None:
-        """Layout and indexes of a graph for the figure (computed once per graph structure)."""
-        graph = self.graph(trial_id, training_step, iteration)
-        if graph is None:
-            return None
-        return self._cached(
-            ("graph_model", graph.graph_hash, iteration), lambda: build_graph_model(graph)
-        )
 
     def graph_node(
         self, trial_id: str, training_step: int, iteration: int, name: str
@@ -432,7 +338,12 @@ class AppState:
 
             return {k: {rt: sort(aggs) for rt, aggs in v.items()} for k, v in index.items()}
 
-        return self._cached(key, build, _tensor_index_bytes)
+        return self.cached(key, build, _tensor_index_bytes)
+
+    def is_indexed(self, trial_id: str, training_step: int) -> bool:
+        """Whether :meth:`tensor_index` of the step is in the cache (at the current version)."""
+        key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
+        return self.cache.get(key) is not None
 
     def data_location(self, node: Any, role: str) -> tuple[str, str, int]:
         """(node, role, iteration) where a graph node's tensor is stored (follows aliases)."""
@@ -496,7 +407,7 @@ class AppState:
             statistic,
             toe,
         )
-        return self._cached(
+        return self.cached(
             key,
             lambda: self._group.read_series(
                 current["trial"],
@@ -522,83 +433,6 @@ class AppState:
             return pd.DataFrame()
         return self._group.read_kpis(trial_id)
 
-    def callback_started(self) -> None:
-        """A callback request begins (create_app calls this from a Flask hook)."""
-        with self._prefetch_wake:
-            self._callbacks_running += 1
-
-    def callback_finished(self) -> None:
-        with self._prefetch_wake:
-            self._callbacks_running = max(0, self._callbacks_running - 1)
-            self._last_callback_end = time.monotonic()
-            self._prefetch_wake.notify_all()
-
-    def prefetch_neighbours(
-        self, trial_id: str | None, step: int | None, steps: Sequence[int]
-    ) -> None:
-        """Read the steps before and after ``step`` in the background, so ◀ ▶ answer at once.
-
-        Not at once: the views of this very step are about to be computed, and a read
-        beside them would slow them down. The read starts when no callback has run for
-        ``PREFETCH_QUIET_SECONDS`` (``callback_started``/``callback_finished``), and is
-        dropped when a newer step asks for its neighbours first.
-        """
-        if trial_id is None or step is None or step not in steps:
-            return
-        position = list(steps).index(step)
-        version = self.trial_version(trial_id)
-        keys = [
-            (trial_id, steps[i], version)
-            for i in (position + 1, position - 1)
-            if 0 <= i < len(steps)
-        ]
-        with self._prefetch_wake:
-            self._prefetch_wish = (time.monotonic(), keys)
-            if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
-                self._prefetch_thread = threading.Thread(
-                    target=self._prefetch_loop, name="comgra-prefetch", daemon=True
-                )
-                self._prefetch_thread.start()
-            self._prefetch_wake.notify_all()
-
-    def _next_prefetch(self) -> tuple:
-        """Wait for a wish and for quiet; the (trial, step, version) to read next."""
-        with self._prefetch_wake:
-            while True:
-                wish = self._prefetch_wish
-                if wish is None:
-                    self._prefetch_wake.wait()
-                    continue
-                asked, keys = wish
-                keys = [k for k in keys if self.cache.get(("tensor_index", *k)) is None]
-                if not keys:
-                    self._prefetch_wish = None
-                    continue
-                now = time.monotonic()
-                quiet_for = now - self._last_callback_end
-                if now - asked >= PREFETCH_MAX_WAIT_SECONDS or (
-                    self._callbacks_running == 0 and quiet_for >= PREFETCH_QUIET_SECONDS
-                ):
-                    rest = keys[1:]
-                    self._prefetch_wish = (asked, rest) if rest else None
-                    return keys[0]
-                wait = PREFETCH_MAX_WAIT_SECONDS - (now - asked)
-                if self._callbacks_running == 0:
-                    wait = min(wait, PREFETCH_QUIET_SECONDS - quiet_for)
-                self._prefetch_wake.wait(max(0.005, wait))
-
-    def _prefetch_loop(self) -> None:
-        try:
-            while True:
-                trial_id, step, _version = self._next_prefetch()
-                try:
-                    self.tensor_index(trial_id, step)
-                except Exception as exc:  # noqa: BLE001 - a failed prefetch costs only the later read
-                    log.debug("prefetch of %s step %s failed: %s", trial_id, step, exc)
-        except BaseException:  # noqa: BLE001 - stopped from outside (test servers kill threads)
-            with self._prefetch_wake:
-                self._prefetch_wish = None
-
     # --- selector options -------------------------------------------------------------
 
     def option_source(self) -> GroupOptions:
@@ -608,24 +442,24 @@ class AppState:
 class GroupOptions:
     """The selector options of the recordings (``selection.OptionSource``)."""
 
-    def __init__(self, state: AppState):
-        self.state = state
+    def __init__(self, data: AppData):
+        self.data = data
 
     def options(self, field: str, up: Mapping[str, Any]) -> Sequence[Any]:
-        state = self.state
+        data = self.data
         if field == "trial":
-            return state.trial_ids()
+            return data.trial_ids()
         if field == "type_of_execution":
-            return [ANY_TYPE, *state.types_of_execution(up["trial"])]
+            return [ANY_TYPE, *data.types_of_execution(up["trial"])]
         if field == "training_step":
-            return list(state.step_options(up["trial"], up["type_of_execution"]))
-        steps = state.steps(up["trial"])
+            return list(data.step_options(up["trial"], up["type_of_execution"]))
+        steps = data.steps(up["trial"])
         info = steps.get(up["training_step"])
         if info is None:
             return []
         if field == "iteration":
             return sorted(info.graph_hashes)
-        graph = state.graph(up["trial"], up["training_step"], up["iteration"])
+        graph = data.graph(up["trial"], up["training_step"], up["iteration"])
         if graph is None:
             return []
         if field == "node":
@@ -635,7 +469,7 @@ class GroupOptions:
             return []
         if field == "role":
             return list(node.roles)
-        recorded = state.recorded(up["trial"], up["training_step"], node, up["role"])
+        recorded = data.recorded(up["trial"], up["training_step"], node, up["role"])
         if field == "recording_type":
             return sorted(recorded, key=sel.recording_type_sort_key)
         if field == "aggregation":
