@@ -232,7 +232,8 @@ class AppData:
             return {}
         key = ("steps", trial_id, self.trial_version(trial_id))
         return self.cached(
-            key, lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id), {})
+            key,
+            lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id), {}),
         )
 
     def types_of_execution(self, trial_id: str) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """The page shell: top bar, stores, the live refresh, the banner and the page router.
 
 Pages are rendered on demand: the router puts the layout of the page named by the URL
-into the shell. Selection state lives in the app-level ``dcc.Store`` (per browser tab),
+into the shell. The selection lives in the app-level ``dcc.Store`` (per browser tab),
 so switching pages keeps it.
 """
 

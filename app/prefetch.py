@@ -129,9 +129,10 @@ class NeighbourPrefetch:
         try:
             while True:
                 trial_id, step = self._next()
+                # a failed prefetch costs only the later read, which reports it
                 try:
                     self.data.tensor_index(trial_id, step)
-                except Exception as exc:  # noqa: BLE001 - a failed prefetch costs only the later read
+                except Exception as exc:  # noqa: BLE001
                     log.debug("prefetch of %s step %s failed: %s", trial_id, step, exc)
         except BaseException:  # noqa: BLE001 - stopped from outside (test servers kill threads)
             with self._wake:

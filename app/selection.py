@@ -51,7 +51,10 @@ AGGREGATION_LABELS = {
 
 _SAMPLE_KEY = re.compile(r"^sample:(\d+)$")
 
+#: The whole selection: {"wanted": Fields, "current": Fields, "statistic": str}.
 Selection = dict[str, Any]
+#: A value for each field of CHAIN.
+Fields = dict[str, Any]
 
 
 class OptionSource(Protocol):
@@ -157,8 +160,8 @@ def relax(
     source: OptionSource,
     keep: str | None = None,
     max_visits: int = 20_000,
-) -> Selection:
-    """The valid selection nearest to ``wanted``, keeping the field ``keep`` as wanted.
+) -> Fields:
+    """The valid fields nearest to ``wanted``, keeping the field ``keep`` as wanted.
 
     Depth-first over CHAIN, each field's options nearest-first: an earlier field only
     changes when no value of the later fields fits, but the trial stays the wanted one
@@ -205,7 +208,7 @@ def relax(
     return {field: result.get(field) for field in CHAIN}
 
 
-def initial_state() -> dict[str, Any]:
+def initial_selection() -> Selection:
     """The selection of a new browser session: nothing chosen yet."""
     return {
         "wanted": {field: None for field in CHAIN} | {"type_of_execution": ANY_TYPE},
@@ -214,29 +217,29 @@ def initial_state() -> dict[str, Any]:
     }
 
 
-def _normalized(state: Mapping[str, Any] | None) -> dict[str, Any]:
-    base = initial_state()
-    if not state:
+def _normalized(selection: Mapping[str, Any] | None) -> Selection:
+    base = initial_selection()
+    if not selection:
         return base
     return {
-        "wanted": {**base["wanted"], **dict(state.get("wanted") or {})},
-        "current": {**base["current"], **dict(state.get("current") or {})},
-        "statistic": state.get("statistic") or base["statistic"],
+        "wanted": {**base["wanted"], **dict(selection.get("wanted") or {})},
+        "current": {**base["current"], **dict(selection.get("current") or {})},
+        "statistic": selection.get("statistic") or base["statistic"],
     }
 
 
-def refresh(state: Mapping[str, Any] | None, source: OptionSource) -> dict[str, Any]:
-    """Re-validate ``state`` against the data (new trials, steps, graphs) without a user choice."""
-    new = _normalized(state)
+def refresh(selection: Mapping[str, Any] | None, source: OptionSource) -> Selection:
+    """Re-validate ``selection`` against the data (new trials, steps, graphs), no user choice."""
+    new = _normalized(selection)
     new["current"] = relax(new["wanted"], source)
     return new
 
 
 def choose(
-    state: Mapping[str, Any] | None, field: str, value: Any, source: OptionSource
-) -> dict[str, Any]:
+    selection: Mapping[str, Any] | None, field: str, value: Any, source: OptionSource
+) -> Selection:
     """The user chose ``value`` for ``field``: keep it and relax the other fields."""
-    new = _normalized(state)
+    new = _normalized(selection)
     if field == "statistic":
         new["statistic"] = value
         return new
@@ -259,8 +262,8 @@ MAX_NUDGE_SKIPS = 20
 
 
 def nudge(
-    state: Mapping[str, Any] | None, field: str, delta: int, source: OptionSource
-) -> dict[str, Any]:
+    selection: Mapping[str, Any] | None, field: str, delta: int, source: OptionSource
+) -> Selection:
     """◀ / ▶: move ``field`` to the previous/next of its current options (clamped).
 
     An option with nothing to show (its data is in a damaged file, or not written yet)
@@ -269,7 +272,7 @@ def nudge(
     it. The fields before ``field`` never change; with no option left in that direction
     the selection stays.
     """
-    new = _normalized(state)
+    new = _normalized(selection)
     options = field_options(new["current"], field, source)
     if not options:
         return new

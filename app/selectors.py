@@ -214,62 +214,64 @@ def _clicked(click_data: Any) -> Any:
     return data
 
 
-def apply_event(data: AppData, store: Any, event: tuple[str, Any] | None) -> dict:
+def apply_event(
+    data: AppData, selection: Mapping[str, Any] | None, event: tuple[str, Any] | None
+) -> sel.Selection:
     """The new selection for one user action (pure apart from reading options via ``data``)."""
     source = data.option_source()
     if event is None:
-        return sel.refresh(store, source)
+        return sel.refresh(selection, source)
     kind, payload = event
-    current = sel.refresh(store, source)["current"]
+    current = sel.refresh(selection, source)["current"]
     if kind == "choose":
         field, value = payload
         if value is None or (field != "statistic" and value == current.get(field)):
-            return sel.refresh(store, source)
-        if field == "statistic" and value == (store or {}).get("statistic"):
-            return sel.refresh(store, source)
-        return sel.choose(store, field, value, source)
+            return sel.refresh(selection, source)
+        if field == "statistic" and value == (selection or {}).get("statistic"):
+            return sel.refresh(selection, source)
+        return sel.choose(selection, field, value, source)
     if kind == "nudge":
         field, delta = payload
-        return sel.nudge(store, field, delta, source)
+        return sel.nudge(selection, field, delta, source)
     if kind in ("step-index", "step-typed", "step-click"):
         steps = sel.field_options(current, "training_step", source)
         if kind == "step-index":
             if payload is None or not steps:
-                return sel.refresh(store, source)
+                return sel.refresh(selection, source)
             step = steps[max(0, min(len(steps) - 1, int(payload)))]
         elif kind == "step-typed":
             if payload is None:
-                return sel.refresh(store, source)
+                return sel.refresh(selection, source)
             step = nearest(steps, float(payload))
         else:
             step = _clicked(payload)
             if step is not None and step not in steps:  # another type of execution
                 return sel.choose(
-                    sel.choose(store, "type_of_execution", ANY_TYPE, source),
+                    sel.choose(selection, "type_of_execution", ANY_TYPE, source),
                     "training_step",
                     int(step),
                     source,
                 )
         if step is None or step == current.get("training_step"):
-            return sel.refresh(store, source)
-        return sel.choose(store, "training_step", int(step), source)
+            return sel.refresh(selection, source)
+        return sel.choose(selection, "training_step", int(step), source)
     if kind == "node-click":
         node = _clicked(payload)
         if node is None:
-            return sel.refresh(store, source)
-        return sel.choose(store, "node", str(node), source)
+            return sel.refresh(selection, source)
+        return sel.choose(selection, "node", str(node), source)
     if kind == "key":
         direction = (payload or {}).get("direction")
         if direction not in _KEY_DIRECTIONS or current.get("node") is None:
-            return sel.refresh(store, source)
+            return sel.refresh(selection, source)
         model = views.graph_model(
             data, current["trial"], current["training_step"], current["iteration"]
         )
         target = neighbor_in_direction(model, current["node"], direction) if model else None
         if target is None:
-            return sel.refresh(store, source)
-        return sel.choose(store, "node", target, source)
-    return sel.refresh(store, source)
+            return sel.refresh(selection, source)
+        return sel.choose(selection, "node", target, source)
+    return sel.refresh(selection, source)
 
 
 def control_values(data: AppData, selection: Mapping[str, Any]) -> dict[str, Any]:
@@ -335,15 +337,15 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def update_selection(*args: Any) -> tuple:
         started = time.perf_counter()
         ctx = dash.callback_context
-        store = args[-1]
+        selection = args[-1]
         event = _triggered_event(ctx)
-        new = apply_event(data, store, event)
+        new = apply_event(data, selection, event)
         controls = control_values(data, new)
         # After a user action on data the page already shows, only send what changed:
         # every control sent is re-rendered in the browser (~5 ms each).
         old = (
-            control_values(data, store)
-            if event is not None and store and store.get("current")
+            control_values(data, selection)
+            if event is not None and selection and selection.get("current")
             else None
         )
         # The control the user just used shows what the selection made of it (a typed
@@ -380,7 +382,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             and _clicked(event[1]) not in (None, new["current"].get("node"))
         )
         result = (
-            new if new != store or rejected_click else no_update,
+            new if new != selection or rejected_click else no_update,
             column("options", outputs[1], []),
             column("values", outputs[2]),
             column("at_first", outputs[3], True),

@@ -26,21 +26,21 @@ def damaged(tmp_path, tiny_group):
     return damaged_copy(tiny_group, tmp_path)
 
 
-def walk_steps(data: AppData, store: dict) -> list[int]:
+def walk_steps(data: AppData, selection: dict) -> list[int]:
     """The steps ▶ visits from the first one, checking each shows its values."""
     while True:
-        data.read_tensor(store["current"])  # the values of what is shown can be read
-        new = selectors.apply_event(data, store, ("nudge", ("training_step", 1)))
-        if new["current"]["training_step"] == store["current"]["training_step"]:
+        data.read_tensor(selection["current"])  # the values of what is shown can be read
+        new = selectors.apply_event(data, selection, ("nudge", ("training_step", 1)))
+        if new["current"]["training_step"] == selection["current"]["training_step"]:
             break
-        store = new
-    visited = [store["current"]["training_step"]]
+        selection = new
+    visited = [selection["current"]["training_step"]]
     while True:
-        new = selectors.apply_event(data, store, ("nudge", ("training_step", -1)))
-        if new["current"]["training_step"] == store["current"]["training_step"]:
+        new = selectors.apply_event(data, selection, ("nudge", ("training_step", -1)))
+        if new["current"]["training_step"] == selection["current"]["training_step"]:
             return visited[::-1]
-        store = new
-        visited.append(store["current"]["training_step"])
+        selection = new
+        visited.append(selection["current"]["training_step"])
 
 
 # --- the query API ------------------------------------------------------------------------
@@ -140,16 +140,16 @@ def test_damaged_modules_and_notes_are_reported_not_raised_as_python_errors(dama
 
 def test_the_gui_opens_a_first_trial_with_damaged_files_and_shows_every_other_step(damaged):
     data = AppData(damaged["group"])
-    store = selectors.apply_event(data, None, None)  # what the first page load does
-    current = store["current"]
+    selection = selectors.apply_event(data, None, None)  # what the first page load does
+    current = selection["current"]
     assert current["trial"] == FIRST_TRIAL and all(current[f] is not None for f in sel.CHAIN)
     # step 0 has no readable values, iteration 0 no readable graph
     assert (current["training_step"], current["iteration"]) == (1, 1)
-    controls = selectors.control_values(data, store)
+    controls = selectors.control_values(data, selection)
     assert controls["options"]["trial"] == [
         {"label": "trial_a", "value": "trial_a"}, {"label": "trial_b", "value": "trial_b"}
     ]
-    assert walk_steps(data, store) == RECORDED[1:]
+    assert walk_steps(data, selection) == RECORDED[1:]
     skipped = dict(data.status().skipped)
     trial = f"trials/{FIRST_TRIAL}"
     assert set(skipped) == {
@@ -158,19 +158,19 @@ def test_the_gui_opens_a_first_trial_with_damaged_files_and_shows_every_other_st
     assert "unreadable shard" in skipped[f"{trial}/tensors/{damaged['shard'].name}"]
     assert "wrong structure" in skipped[f"{trial}/graphs/{damaged['graph'].name}"]
     # the other trial is untouched
-    other = selectors.apply_event(data, store, ("choose", ("trial", "trial_b")))
+    other = selectors.apply_event(data, selection, ("choose", ("trial", "trial_b")))
     assert (other["current"]["training_step"], other["current"]["iteration"]) == (0, 0)
 
 
 def test_steps_go_on_past_a_shard_damaged_after_the_gui_indexed_it(damaged):
     data = AppData(damaged["group"])
-    store = selectors.apply_event(data, None, None)
-    store = selectors.apply_event(data, store, ("choose", ("training_step", 5)))
+    selection = selectors.apply_event(data, None, None)
+    selection = selectors.apply_event(data, selection, ("choose", ("training_step", 5)))
     corrupt_data_pages(damaged["shards"][8])  # rewritten in place while the GUI runs
-    store = selectors.apply_event(data, store, ("nudge", ("training_step", 1)))
-    assert store["current"]["training_step"] == 9
-    store = selectors.apply_event(data, store, ("nudge", ("training_step", -1)))
-    assert store["current"]["training_step"] == 5
+    selection = selectors.apply_event(data, selection, ("nudge", ("training_step", 1)))
+    assert selection["current"]["training_step"] == 9
+    selection = selectors.apply_event(data, selection, ("nudge", ("training_step", -1)))
+    assert selection["current"]["training_step"] == 5
     assert f"trials/{FIRST_TRIAL}/tensors/{damaged['shards'][8].name}" in dict(
         data.status().skipped
     )
@@ -178,9 +178,9 @@ def test_steps_go_on_past_a_shard_damaged_after_the_gui_indexed_it(damaged):
 
 def test_typed_steps_snap_to_a_readable_one(damaged):
     data = AppData(damaged["group"])
-    store = selectors.apply_event(data, None, None)
-    store = selectors.apply_event(data, store, ("step-typed", 0))
-    assert store["current"]["training_step"] == 1
+    selection = selectors.apply_event(data, None, None)
+    selection = selectors.apply_event(data, selection, ("step-typed", 0))
+    assert selection["current"]["training_step"] == 1
 
 
 # --- item 10: a bad trial.json is reported once --------------------------------------------

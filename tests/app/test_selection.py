@@ -91,8 +91,8 @@ def _is_valid(current: Mapping, source: FakeSource) -> bool:
 
 def test_initial_refresh_picks_first_of_everything():
     source = FakeSource(DATA)
-    state = sel.refresh(None, source)
-    assert state["current"] == {
+    selection = sel.refresh(None, source)
+    assert selection["current"] == {
         "trial": "trial_a",
         "type_of_execution": "any",
         "training_step": 0,
@@ -106,85 +106,85 @@ def test_initial_refresh_picks_first_of_everything():
 
 def test_choice_is_kept_and_downstream_relaxes():
     source = FakeSource(DATA)
-    state = sel.refresh(None, source)
-    state = sel.choose(state, "aggregation", "sample:10", source)
-    state = sel.choose(state, "node", "weight", source)
-    assert state["current"]["node"] == "weight"
-    assert state["current"]["role"] == "w"
-    assert state["current"]["aggregation"] == "none"
+    selection = sel.refresh(None, source)
+    selection = sel.choose(selection, "aggregation", "sample:10", source)
+    selection = sel.choose(selection, "node", "weight", source)
+    assert selection["current"]["node"] == "weight"
+    assert selection["current"]["role"] == "w"
+    assert selection["current"]["aggregation"] == "none"
     # the detour through a parameter does not forget "Sample 10"
-    state = sel.choose(state, "node", "hidden", source)
-    assert state["current"]["aggregation"] == "sample:10"
+    selection = sel.choose(selection, "node", "hidden", source)
+    assert selection["current"]["aggregation"] == "sample:10"
 
 
 def test_recording_type_update_returns_after_detour():
     source = FakeSource(DATA)
-    state = sel.choose(sel.refresh(None, source), "node", "weight", source)
-    state = sel.choose(state, "recording_type", "update", source)
-    state = sel.choose(state, "node", "hidden", source)
-    assert state["current"]["recording_type"] == "forward"
-    state = sel.choose(state, "node", "weight", source)
-    assert state["current"]["recording_type"] == "update"
+    selection = sel.choose(sel.refresh(None, source), "node", "weight", source)
+    selection = sel.choose(selection, "recording_type", "update", source)
+    selection = sel.choose(selection, "node", "hidden", source)
+    assert selection["current"]["recording_type"] == "forward"
+    selection = sel.choose(selection, "node", "weight", source)
+    assert selection["current"]["recording_type"] == "update"
 
 
 def test_step_relaxes_to_nearest_when_trial_changes_and_comes_back():
     source = FakeSource(DATA)
-    state = sel.choose(sel.refresh(None, source), "training_step", 40, source)
-    state = sel.choose(state, "trial", "trial_b", source)
-    assert state["current"]["training_step"] == 50
-    state = sel.choose(state, "trial", "trial_a", source)
-    assert state["current"]["training_step"] == 40
+    selection = sel.choose(sel.refresh(None, source), "training_step", 40, source)
+    selection = sel.choose(selection, "trial", "trial_b", source)
+    assert selection["current"]["training_step"] == 50
+    selection = sel.choose(selection, "trial", "trial_a", source)
+    assert selection["current"]["training_step"] == 40
 
 
 def test_iteration_relaxes_to_nearest_and_loss_node_follows_the_graph():
     source = FakeSource(DATA)
-    state = sel.choose(sel.refresh(None, source), "training_step", 20, source)  # 5 iterations
-    state = sel.choose(state, "iteration", 4, source)
-    state = sel.choose(state, "node", "loss", source)
-    state = sel.choose(state, "training_step", 10, source)  # 3 iterations
-    assert state["current"]["iteration"] == 2
+    selection = sel.choose(sel.refresh(None, source), "training_step", 20, source)  # 5 iterations
+    selection = sel.choose(selection, "iteration", 4, source)
+    selection = sel.choose(selection, "node", "loss", source)
+    selection = sel.choose(selection, "training_step", 10, source)  # 3 iterations
+    assert selection["current"]["iteration"] == 2
     # the loss only exists in the last iteration, which iteration 2 is here
-    assert state["current"]["node"] == "loss"
-    state = sel.choose(state, "iteration", 0, source)
-    assert state["current"]["node"] == "input"  # no loss node in iteration 0
+    assert selection["current"]["node"] == "loss"
+    selection = sel.choose(selection, "iteration", 0, source)
+    assert selection["current"]["node"] == "input"  # no loss node in iteration 0
 
 
 def test_type_of_execution_filters_steps():
     source = FakeSource(DATA)
-    state = sel.choose(sel.refresh(None, source), "training_step", 10, source)
-    state = sel.choose(state, "type_of_execution", "test", source)
-    assert state["current"]["training_step"] == 20
-    assert sel.field_options(state["current"], "training_step", source) == [20]
+    selection = sel.choose(sel.refresh(None, source), "training_step", 10, source)
+    selection = sel.choose(selection, "type_of_execution", "test", source)
+    assert selection["current"]["training_step"] == 20
+    assert sel.field_options(selection["current"], "training_step", source) == [20]
     # widening the filter again returns to the step the user chose
-    state = sel.choose(state, "type_of_execution", "any", source)
-    assert state["current"]["training_step"] == 10
+    selection = sel.choose(selection, "type_of_execution", "any", source)
+    assert selection["current"]["training_step"] == 10
     # ... unless the user worked at the relaxed step in between
-    state = sel.choose(state, "type_of_execution", "test", source)
-    state = sel.choose(state, "node", "hidden", source)
-    state = sel.choose(state, "type_of_execution", "any", source)
-    assert state["current"]["training_step"] == 20
+    selection = sel.choose(selection, "type_of_execution", "test", source)
+    selection = sel.choose(selection, "node", "hidden", source)
+    selection = sel.choose(selection, "type_of_execution", "any", source)
+    assert selection["current"]["training_step"] == 20
 
 
 def test_nudge_moves_through_options_and_clamps():
     source = FakeSource(DATA)
-    state = sel.refresh(None, source)
-    state = sel.nudge(state, "training_step", +1, source)
-    assert state["current"]["training_step"] == 10
-    state = sel.nudge(state, "training_step", -1, source)
-    state = sel.nudge(state, "training_step", -1, source)
-    assert state["current"]["training_step"] == 0
-    state = sel.nudge(state, "aggregation", +1, source)
-    assert state["current"]["aggregation"] == "batch_abs_max"
-    state = sel.nudge(state, "trial", +1, source)
-    assert state["current"]["trial"] == "trial_b"
+    selection = sel.refresh(None, source)
+    selection = sel.nudge(selection, "training_step", +1, source)
+    assert selection["current"]["training_step"] == 10
+    selection = sel.nudge(selection, "training_step", -1, source)
+    selection = sel.nudge(selection, "training_step", -1, source)
+    assert selection["current"]["training_step"] == 0
+    selection = sel.nudge(selection, "aggregation", +1, source)
+    assert selection["current"]["aggregation"] == "batch_abs_max"
+    selection = sel.nudge(selection, "trial", +1, source)
+    assert selection["current"]["trial"] == "trial_b"
 
 
 def test_kept_choice_moves_upstream_when_needed():
     # iteration 4 exists only at step 20: keeping it moves the step there
     source = FakeSource(DATA)
-    state = sel.refresh(None, source)
-    state["wanted"]["iteration"] = 4
-    current = sel.relax(state["wanted"], source, keep="iteration")
+    selection = sel.refresh(None, source)
+    selection["wanted"]["iteration"] = 4
+    current = sel.relax(selection["wanted"], source, keep="iteration")
     assert current["iteration"] == 4 and current["training_step"] == 20
 
 
@@ -219,9 +219,9 @@ def test_samples_sort_naturally_and_labels():
 
 def test_statistic_is_a_plain_preference():
     source = FakeSource(DATA)
-    state = sel.choose(sel.refresh(None, source), "statistic", "abs_max", source)
-    assert state["statistic"] == "abs_max"
-    assert sel.refresh(state, source)["statistic"] == "abs_max"
+    selection = sel.choose(sel.refresh(None, source), "statistic", "abs_max", source)
+    assert selection["statistic"] == "abs_max"
+    assert sel.refresh(selection, source)["statistic"] == "abs_max"
 
 
 # --- properties over random recordings --------------------------------------------------
@@ -300,5 +300,5 @@ def _reachable(trials, field, value, source, trial=None) -> bool:
 @given(_trials, st.sampled_from(CHAIN), st.sampled_from([-1, 1]))
 def test_nudge_stays_valid(trials, field, delta):
     source = FakeSource(trials)
-    state = sel.nudge(sel.refresh(None, source), field, delta, source)
-    assert _is_valid(state["current"], source)
+    selection = sel.nudge(sel.refresh(None, source), field, delta, source)
+    assert _is_valid(selection["current"], source)

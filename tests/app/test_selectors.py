@@ -8,26 +8,27 @@ from comgra_like.app.data import AppData
 
 def test_apply_event_for_each_kind_of_user_action(tiny_group):
     data = AppData(tiny_group)
-    store = selectors.apply_event(data, None, None)
-    assert store["current"]["trial"] == "trial_a"
-    store = selectors.apply_event(
-        data, store, ("node-click", {"points": [{"customdata": "memory"}]})
+    selection = selectors.apply_event(data, None, None)
+    assert selection["current"]["trial"] == "trial_a"
+    selection = selectors.apply_event(
+        data, selection, ("node-click", {"points": [{"customdata": "memory"}]})
     )
-    assert store["current"]["node"] == "memory"
-    store = selectors.apply_event(data, store, ("nudge", ("training_step", 1)))
-    assert store["current"]["training_step"] == 1
-    store = selectors.apply_event(data, store, ("step-typed", 6.4))
-    assert store["current"]["training_step"] == 5
-    store = selectors.apply_event(data, store, ("step-index", 0))
-    assert store["current"]["training_step"] == 0
-    store = selectors.apply_event(data, store, ("step-click", {"points": [{"customdata": 9}]}))
-    assert store["current"]["training_step"] == 9
-    store = selectors.apply_event(data, store, ("choose", ("iteration", 2)))
-    store = selectors.apply_event(data, store, ("key", {"direction": "right"}))
-    assert store["current"]["node"] in {"output", "outer"}
-    store = selectors.apply_event(data, store, ("choose", ("statistic", "abs_max")))
-    assert store["statistic"] == "abs_max"
-    controls = selectors.control_values(data, store)
+    assert selection["current"]["node"] == "memory"
+    selection = selectors.apply_event(data, selection, ("nudge", ("training_step", 1)))
+    assert selection["current"]["training_step"] == 1
+    selection = selectors.apply_event(data, selection, ("step-typed", 6.4))
+    assert selection["current"]["training_step"] == 5
+    selection = selectors.apply_event(data, selection, ("step-index", 0))
+    assert selection["current"]["training_step"] == 0
+    click = {"points": [{"customdata": 9}]}
+    selection = selectors.apply_event(data, selection, ("step-click", click))
+    assert selection["current"]["training_step"] == 9
+    selection = selectors.apply_event(data, selection, ("choose", ("iteration", 2)))
+    selection = selectors.apply_event(data, selection, ("key", {"direction": "right"}))
+    assert selection["current"]["node"] in {"output", "outer"}
+    selection = selectors.apply_event(data, selection, ("choose", ("statistic", "abs_max")))
+    assert selection["statistic"] == "abs_max"
+    controls = selectors.control_values(data, selection)
     assert controls["steps"] == [0, 1, 4, 5, 8, 9, 10]
     assert controls["options"]["aggregation"][3]["label"] == "Sample 0"
     # the step has no dropdown: its (possibly thousands of) options get no labels
