@@ -11,33 +11,31 @@ training goes on.
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import numbers
 import platform
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from . import __version__
-from ._graph import DependencyWalker, canonical_hash, find_cycle
-from ._kpi import KpiThinner
 from .errors import (
     CallOrderError,
     ConfigurationError,
-    GraphError,
     RecordingDecisionError,
     RegistrationError,
     StorageError,
     TrainingStepError,
 )
 from .objects import DecisionMakerForRecordings
-from .store.client import Slot, WriterClient
+from .record.capture import Capturer
+from .record.graph import GraphExtractor
+from .record.kpi import KpiBuffer
+from .record.step import Parameter, SignatureTable, Step, check_registration
+from .store.client import WriterClient
 from .store.compaction import compact_trial
 from .store.schema import (
     MAX_TRIAL_ID_LENGTH,
@@ -46,84 +44,17 @@ from .store.schema import (
     TYPE_OF_EXECUTION_PATTERN,
 )
 from .store.writer import append_jsonl, write_json
+from .vocabulary import (
+    ANY_TYPE,
+    DEFAULT_TYPE_OF_EXECUTION,
+    FORWARD,
+    PARAMETER,
+    UPDATE,
+    gradient_type,
+)
 
 log = logging.getLogger("comgra_like")
 
-_FORWARD = "forward"
-_UPDATE = "update"
-_MAX_SIG_IDS = 4096  # registration signatures kept as ids before the table starts over
-
-
-@dataclass(eq=False)
-class _Registration:
-    rid: int
-    tensor_name: str
-    node: str
-    role: str
-    kind: str
-    iteration: int  # -1: belongs to the whole step (parameters, initial values)
-    batch_dim: int | None
-    per_sample: bool
-    with_values: bool
-    tensor: torch.Tensor
-    alias_of: int | None = None
-    param_index: int = -1
-    # A small int for everything about it that the graph structure and the capture
-    # layout show (name, node, role, kind, shape, flags, dtype): see ComgraRecorder._sig_ids
-    sig_id: int = -1
-
-
-@dataclass(eq=False)
-class _Parameter:
-    full_name: str
-    tensor: torch.nn.Parameter
-    node: str
-    role: str
-    module_group: str | None
-
-
-@dataclass(eq=False)
-class _CapturePlan:
-    """Where the tensors of one capture call go in a slot (see ``_capture``)."""
-
-    order: list[int]  # tensor index per view (sorted by size)
-    views: list[torch.Tensor]
-    refs: list[int]  # segment, offset per view
-    layout: list[tuple]  # the writer's description per view
-    fill: list[int]  # the slot's fill after this call
-    needed: int
-    complex: bool
-    pid: int  # unique per plan, never reused (a key that keeps no memory alive)
-
-
-@dataclass(eq=False)
-class _Batch:
-    """Everything one recorded (or undecided) batch accumulates; dropped at finish."""
-
-    regs: list[_Registration] = field(default_factory=list)
-    by_iteration: dict[int, list[_Registration]] = field(default_factory=dict)
-    by_name: dict[tuple[str, int], _Registration] = field(default_factory=dict)
-    by_node_role: dict[tuple[str, str, int], _Registration] = field(default_factory=dict)
-    owner_fn: dict[tuple[object, int], int] = field(default_factory=dict)
-    owner_leaf: dict[int, int] = field(default_factory=dict)
-    by_tensor: dict[int, _Registration] = field(default_factory=dict)
-    conn_fn: dict[object, set[int]] = field(default_factory=dict)
-    conn_leaf: dict[int, set[int]] = field(default_factory=dict)
-    conn_reg: dict[int, set[int]] = field(default_factory=dict)
-    keep_alive: list[torch.Tensor] = field(default_factory=list)
-    slot: Slot | None = None  # shared memory the captures are copied into
-    plans: list[_CapturePlan] = field(default_factory=list)  # the captures, in order
-    gradient_groups: set[str] = field(default_factory=set)
-    # rid -> (the .grad tensor, its _version) when last seen: a gradient that is still the
-    # same is not new (record_current_gradients before backward() would store old ones)
-    grad_marks: dict[int, tuple] = field(default_factory=dict)
-    # Leaves that register_tensor() made require a gradient (rid -> name), and the rids
-    # the iterations' graphs found a dependency on: see _warn_unused_leaves
-    made_grad: dict[int, str] = field(default_factory=dict)
-    depended_on: set[int] = field(default_factory=set)
-    graphs: dict[int, str] = field(default_factory=dict)  # iteration -> graph hash
-    pending_kpis: list[tuple] = field(default_factory=list)
-    walker: DependencyWalker | None = None
 
 
 class ComgraRecorder:
@@ -201,31 +132,23 @@ class ComgraRecorder:
         self._write_trial_json("running")
         self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd)
         self._module_tree: list[dict] = []
-        self._params: list[_Parameter] = []
+        self._params: list[Parameter] = []
+        self._module_groups: list[str | None] = []  # per parameter, for the graph
         self._known_types: set[str] = set()
         self._valid_types: set[str] = set()  # types of execution that passed the check
-        self._param_template: tuple[list, _Batch] | None = None  # see _new_batch
-        self._msg_parts: dict[tuple, tuple[int, str]] = {}  # see _write_batch
-        self._json_parts: dict[tuple, str] = {}  # see _write_batch
-        self._plan_ids = itertools.count()
+        self._param_template: tuple[list, Step] | None = None  # see _new_step
+        self._capturer = Capturer(self._writer)
         self._all_types_known = False
         self._record_by_default = True
         self._batch_size = 0
         self._decided = True
         self._sample_indices: list[int] = []
         self._sample_categories: list[str] = []
-        self._batch: _Batch | None = None
-        self._kpi_thinners: dict[tuple[str, str, str], KpiThinner] = {}
-        self._kpi_rows: list[tuple] = []
-        self._kpi_last_submit = time.monotonic()
-        self._seen_graphs: set[str] = set()
-        self._graph_keys: dict[tuple, str] = {}
-        # Registration signatures as small ints for the cache keys of every recorded step
-        # (a key of ints hashes in a fraction of the time of one of nested tuples). Ids
-        # are never reused, so a key made before the table was emptied cannot match a
-        # different signature afterwards.
-        self._sig_ids: dict[tuple, int] = {}
-        self._sig_counter = itertools.count()
+        self._step: Step | None = None  # the step being recorded (or not yet decided)
+        self._kpis = KpiBuffer()
+        self._graphs = GraphExtractor(self._module_groups, bool(self.prefixes_nodes),
+                                      self._write_graph)
+        self._signatures = SignatureTable()
         self._recorded_steps = 0
         self._warned_no_gradients = False
         self._warned_unused: set[str] = set()
@@ -286,10 +209,11 @@ class ComgraRecorder:
                 node = next((x for x in self.prefixes_nodes if p_full.startswith(x)), None)
                 visual = max((x for x in self.prefixes_visual if p_full.startswith(x)),
                              key=len, default=None)
-                self._params.append(_Parameter(
+                self._params.append(Parameter(
                     full_name=p_full, tensor=p, node=node or p_full, role=p_full,
                     module_group=visual,
                 ))
+                self._module_groups.append(visual)
             parent = full.rsplit(".", 1)[0] if "." in full else None
             total = sum(int(p.numel()) for p in sub.parameters())
             self._module_tree.append({"name": full, "parent": parent, "parameters": params,
@@ -397,25 +321,22 @@ class ComgraRecorder:
         self._sample_indices = list(range(k))
         self._sample_categories = [""] * k
         try:
-            batch = self._batch = self._new_batch()
-            batch.walker = self._make_walker(batch)
-            batch.slot = self._writer.acquire()
+            step = self._step = self._new_step(training_step)
+            step.walker = self._graphs.walker(step)
+            step.slot = self._writer.acquire()
             # The optimizer updates in place: the values before this step are kept now.
-            self._capture(batch.regs, [p.tensor for p in self._params], _FORWARD)
-            marks = batch.grad_marks
-            for reg, p in zip(batch.regs, self._params):
-                grad = p.tensor.grad
-                if grad is not None:
-                    marks[reg.rid] = (grad, grad._version)
+            self._capturer.capture(step, current_batch_size, step.regs,
+                                   [p.tensor for p in self._params], FORWARD)
+            step.mark_parameter_gradients(self._params)
         except BaseException:
             # No slot kept, no step left open: the loop may call start_batch() again.
-            self._drop_batch()
+            self._drop_step()
             self._stage = "idle"
             self.training_step = previous_step
             raise
 
-    def _new_batch(self) -> _Batch:
-        """A batch that holds the parameters' registrations (they come first, in order).
+    def _new_step(self, training_step: int) -> Step:
+        """A step that holds the parameters' registrations (they come first, in order).
 
         They are the same on every recorded step, so they are built once and copied; a
         parameter whose shape or dtype changed (``.data`` replaced) or more parameters
@@ -424,20 +345,9 @@ class ComgraRecorder:
         key = [(p.tensor.shape, p.tensor.dtype) for p in self._params]
         template = self._param_template
         if template is None or template[0] != key:
-            self._batch = model = _Batch()
-            for i, p in enumerate(self._params):
-                self._add_registration(p.full_name, p.tensor, p.node, p.role, "parameter", -1,
-                                       None, False, False, None, i, p.tensor.grad_fn)
-            template = self._param_template = (key, model)
-        model = template[1]
-        batch = _Batch(
-            regs=list(model.regs), by_name=dict(model.by_name),
-            by_node_role=dict(model.by_node_role), by_tensor=dict(model.by_tensor),
-            owner_leaf=dict(model.owner_leaf), owner_fn=dict(model.owner_fn),
-        )
-        if model.regs:
-            batch.by_iteration[-1] = list(model.regs)
-        return batch
+            template = self._param_template = (
+                key, Step.of_parameters(self._params, self._signatures))
+        return template[1].copy(training_step)
 
     @staticmethod
     def _check_type_of_execution(type_of_execution) -> None:
@@ -448,7 +358,7 @@ class ComgraRecorder:
                 f"type_of_execution {type_of_execution!r} may only contain letters, digits, "
                 "'_' and '-'"
             )
-        if type_of_execution == "any" or type_of_execution.startswith("__"):
+        if type_of_execution == ANY_TYPE or type_of_execution.startswith("__"):
             raise ConfigurationError(
                 f"type_of_execution {type_of_execution!r} is reserved for the GUI; choose another"
             )
@@ -488,197 +398,22 @@ class ComgraRecorder:
                     "start_batch() first"
                 )
             return
-        if not isinstance(tensor, torch.Tensor):
-            raise RegistrationError(
-                f"register_tensor({tensor_name!r}, ...) needs a torch.Tensor, got "
-                f"{type(tensor).__name__}"
-            )
-        if not isinstance(tensor_name, str) or not tensor_name:
-            raise RegistrationError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
-        if sum(map(bool, (is_input, is_parameter, is_target, is_loss))) > 1:
-            raise RegistrationError(
-                f"{tensor_name!r}: at most one of is_input, is_parameter, is_target and is_loss "
-                "may be True"
-            )
-        if is_initial_value:
-            if self._stage != "batch" or self.iteration is not None:
-                raise CallOrderError(
-                    f"{tensor_name!r}: is_initial_value=True registers a state before the first "
-                    "iteration: call it after start_batch() and before start_iteration()"
-                )
-            iteration = -1
-        elif is_parameter:
-            iteration = -1
-        else:
-            if self._stage != "iteration":
-                raise CallOrderError(
-                    f"register_tensor({tensor_name!r}) must be called between start_iteration() "
-                    "and finish_iteration() (or pass is_initial_value=True before the first "
-                    "iteration)"
-                )
-            iteration = self.iteration
-        if recording_type not in (None, "neuron", "kpis"):
-            raise RegistrationError(
-                f"{tensor_name!r}: recording_type must be 'neuron', 'kpis' or None, got "
-                f"{recording_type!r}"
-            )
-        if tensor.is_meta:
-            raise RegistrationError(
-                f"{tensor_name!r} is on the meta device and has no values to record; register "
-                "a tensor with data (e.g. after model.to_empty(device='cpu') and initialising it)"
-            )
-        if not (tensor.is_floating_point() or tensor.is_complex()):
-            raise RegistrationError(
-                f"{tensor_name!r} has dtype {tensor.dtype}, which cannot require a gradient. "
-                "Register a float copy instead (tensor.float()) and connect it with "
-                "add_tensor_connection()"
-            )
-        if is_loss:
-            if tensor.numel() != 1:
-                raise RegistrationError(
-                    f"loss {tensor_name!r} must be a scalar (0-dim) tensor, got shape "
-                    f"{tuple(tensor.shape)}; reduce it (e.g. .mean()) or register it without "
-                    "is_loss=True"
-                )
-            batch_dim = None
-        elif is_parameter:
-            batch_dim = None
-        else:
-            batch_dim = index_of_batch_dimension
-        if batch_dim is not None:
-            if not isinstance(batch_dim, int) or not (0 <= batch_dim < tensor.dim()):
-                raise RegistrationError(
-                    f"{tensor_name!r} has shape {tuple(tensor.shape)} and no dimension "
-                    f"{batch_dim}; pass index_of_batch_dimension=None for a tensor without a "
-                    "batch dimension"
-                )
-            if tensor.shape[batch_dim] != self._batch_size:
-                raise RegistrationError(
-                    f"{tensor_name!r} has size {tensor.shape[batch_dim]} in its batch dimension "
-                    f"{batch_dim} (shape {tuple(tensor.shape)}), but start_batch() declared a "
-                    f"batch size of {self._batch_size}"
-                )
-        per_sample = self._record_by_default if record_per_batch_index is None else bool(
-            record_per_batch_index)
-        if batch_dim is None:
-            if record_per_batch_index:
-                raise RegistrationError(
-                    f"{tensor_name!r} has no batch dimension, so record_per_batch_index=True is "
-                    "impossible"
-                )
-            per_sample = False
-        kind = ("input" if is_input else "parameter" if is_parameter else "target" if is_target
-                else "loss" if is_loss else "calculated")
-        node = node_name if node_name is not None else tensor_name
-        role = role_within_node if role_within_node is not None else tensor_name
-        with_values = recording_type != "kpis" and not is_parameter
-        batch = self._batch
-        alias = batch.by_tensor.get(id(tensor))
-        if alias is not None and alias.tensor is not tensor:
-            alias = None
-        # Booked first (it refuses duplicates), so that a refused registration leaves the
-        # tensor as it was. Making a leaf require a gradient leaves its grad_fn None.
-        grad_fn = tensor.grad_fn
-        reg = self._add_registration(tensor_name, tensor, node, role, kind, iteration, batch_dim,
-                                     per_sample, with_values,
-                                     alias.rid if alias is not None else None, -1, grad_fn)
-        if grad_fn is not None:
-            tensor.retain_grad()
-        elif not tensor.requires_grad and not tensor.is_inference():
-            # (A tensor made under torch.inference_mode(), e.g. in a validation loop, can
-            # never require a gradient: it is recorded with its values, without edges.)
-            tensor.requires_grad_(True)
-            if kind != "parameter" and alias is None:
-                batch.made_grad[reg.rid] = tensor_name
-
-    def _add_registration(self, tensor_name, tensor, node, role, kind, iteration, batch_dim,
-                          per_sample, with_values, alias_of, param_index,
-                          grad_fn) -> _Registration:
-        """Book a registration (``grad_fn``: the tensor's, read once by the caller)."""
-        batch = self._batch
-        if (tensor_name, iteration) in batch.by_name:
-            raise RegistrationError(
-                f"a tensor named {tensor_name!r} is registered already in iteration {iteration} "
-                f"of step {self.training_step}; give each tensor a unique name per iteration"
-            )
-        if (node, role, iteration) in batch.by_node_role:
-            raise RegistrationError(
-                f"node {node!r} already has a tensor with role {role!r} in iteration {iteration} "
-                f"of step {self.training_step} (while registering {tensor_name!r}); pass a "
-                "different role_within_node"
-            )
-        reg = _Registration(len(batch.regs), tensor_name, node, role, kind, iteration, batch_dim,
-                            per_sample, with_values, tensor, alias_of, param_index)
-        shape = list(tensor.shape)
-        if batch_dim is not None:
-            shape[batch_dim] = -1
-        sig = (tensor_name, node, role, kind, iteration, tuple(shape), alias_of, param_index,
-               per_sample, with_values, batch_dim, tensor.dtype)
-        sig_ids = self._sig_ids
-        sig_id = sig_ids.get(sig)
-        if sig_id is None:
-            if len(sig_ids) >= _MAX_SIG_IDS:  # names or shapes that change every step
-                sig_ids.clear()
-            sig_id = sig_ids[sig] = next(self._sig_counter)
-        reg.sig_id = sig_id
-        batch.regs.append(reg)
-        batch.by_iteration.setdefault(iteration, []).append(reg)
-        batch.by_name[(tensor_name, iteration)] = reg
-        batch.by_node_role[(node, role, iteration)] = reg
-        if alias_of is None:
-            batch.by_tensor[id(tensor)] = reg
-            if grad_fn is not None:
-                batch.owner_fn.setdefault((grad_fn, tensor.output_nr), reg.rid)
-            else:
-                batch.owner_leaf.setdefault(id(tensor), reg.rid)
-        return reg
+        args = check_registration(
+            tensor_name, tensor, index_of_batch_dimension=index_of_batch_dimension,
+            is_input=is_input, is_parameter=is_parameter, is_target=is_target, is_loss=is_loss,
+            storage=recording_type, record_per_batch_index=record_per_batch_index,
+            node_name=node_name, role_within_node=role_within_node,
+            is_initial_value=is_initial_value, stage=self._stage, iteration=self.iteration,
+            batch_size=self._batch_size, record_by_default=self._record_by_default)
+        self._step.register(tensor_name, tensor, args)
 
     # ----- connections --------------------------------------------------------------------
-
-    def _resolve_source(self, src, what: str) -> _Registration:
-        batch = self._batch
-        if isinstance(src, str):
-            candidates = [r for (name, _), r in batch.by_name.items() if name == src]
-            if not candidates:
-                raise RegistrationError(
-                    f"{what}: no tensor named {src!r} is registered in this batch; register it "
-                    "before connecting it"
-                )
-            return max(candidates, key=lambda r: r.iteration)
-        if isinstance(src, torch.Tensor):
-            reg = batch.by_tensor.get(id(src))
-            if reg is None or reg.tensor is not src:
-                raise RegistrationError(
-                    f"{what}: the source tensor (shape {tuple(src.shape)}) is not registered; "
-                    "register it first or pass its name"
-                )
-            return reg
-        raise RegistrationError(f"{what}: expected a tensor or a tensor name, got {type(src).__name__}")
 
     def add_tensor_connection(self, src, sink) -> None:
         """Add a graph edge from ``src`` to ``sink`` where autograd has none."""
         if not self._recording:
             return
-        what = "add_tensor_connection"
-        source = self._resolve_source(src, what)
-        batch = self._batch
-        if isinstance(sink, str):
-            target = self._resolve_source(sink, what)
-            batch.conn_reg.setdefault(target.rid, set()).add(source.rid)
-            return
-        if not isinstance(sink, torch.Tensor):
-            raise RegistrationError(f"{what}: sink must be a tensor or a registered tensor's name")
-        target = batch.by_tensor.get(id(sink))
-        if target is not None and target.tensor is sink:
-            batch.conn_reg.setdefault(target.rid, set()).add(source.rid)
-        elif sink.grad_fn is not None:
-            batch.conn_fn.setdefault(sink.grad_fn, set()).add(source.rid)
-            batch.keep_alive.append(sink)
-        else:
-            if not sink.requires_grad and (sink.is_floating_point() or sink.is_complex()):
-                sink.requires_grad_(True)
-            batch.conn_leaf.setdefault(id(sink), set()).add(source.rid)
-            batch.keep_alive.append(sink)
+        self._step.connect(src, sink)
 
     def detach_while_keeping_connection(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor.detach()``, but still connected to ``tensor`` in the dependency graph."""
@@ -689,7 +424,7 @@ class ComgraRecorder:
             )
         res = tensor.detach()
         if self._recording:
-            self.add_tensor_connection(tensor, res)
+            self._step.connect(tensor, res, "detach_while_keeping_connection")
         return res
 
     # ----- gradients and the end of an iteration / batch ---------------------------------
@@ -710,44 +445,24 @@ class ComgraRecorder:
             raise ConfigurationError(
                 f"name_of_loss_group {name!r} must be non-empty and contain no ':'"
             )
-        batch = self._batch
-        if name in batch.gradient_groups:
+        step = self._step
+        if name in step.gradient_groups:
             raise RegistrationError(
                 f"gradients of loss group {name!r} were recorded already in step "
                 f"{self.training_step}; use a different name for each call in one batch"
             )
-        regs, grads = [], []
-        marks = batch.grad_marks
-        fresh = False
-        for reg in batch.regs:
-            if reg.alias_of is not None:
-                continue
-            grad = reg.tensor.grad
-            if grad is not None:
-                regs.append(reg)
-                grads.append(grad)
-                if not fresh:
-                    mark = marks.get(reg.rid)
-                    fresh = mark is None or mark[0] is not grad or mark[1] != grad._version
-        if regs and not fresh:
-            raise CallOrderError(
-                f"record_current_gradients({name!r}) in step {self.training_step}: no "
-                "gradient changed since start_batch() or the last record_current_gradients(), "
-                "so these are old gradients. Call it after loss.backward()"
-            )
+        regs, grads = step.gradients(name)
         if not regs and not self._warned_no_gradients:
             self._warned_no_gradients = True
             log.warning(
                 "comgra_like: record_current_gradients(%r) in step %s found no gradient on any "
                 "registered tensor; call it after loss.backward() (this warning is shown once)",
                 name, self.training_step)
-        for reg, grad in zip(regs, grads):
-            marks[reg.rid] = (grad, grad._version)
-        batch.gradient_groups.add(name)
-        self._capture(regs, grads, f"gradient:{name}")
+        step.gradient_groups.add(name)
+        self._capturer.capture(step, self._batch_size, regs, grads, gradient_type(name))
         if set_gradients_to_zero_if_not_a_parameter:
             for reg in regs:
-                if reg.kind != "parameter":
+                if reg.kind != PARAMETER:
                     reg.tensor.grad = None
 
     def finish_iteration(self) -> None:
@@ -760,7 +475,7 @@ class ComgraRecorder:
             )
         self._stage = "batch"
         if self._recording:
-            self._batch.graphs[self.iteration] = self._extract_graph(self.iteration)
+            self._step.graphs[self.iteration] = self._graphs.extract(self._step, self.iteration)
 
     def decide_recording_of_batch(self, type_of_execution: str | None, category_per_sample=None) -> None:
         """For a batch started with type_of_execution=None: record it, and which samples."""
@@ -805,27 +520,27 @@ class ComgraRecorder:
         if not self._recording:
             return
         if type_of_execution is None:
-            self._drop_batch()
+            self._drop_step()
             return
         self.type_of_execution = type_of_execution
         self._decided = True
         if not self.decision_maker.is_record_on_this_step(self.training_step, type_of_execution):
-            self._drop_batch()
+            self._drop_step()
             return
         if cats is not None:
             k = len(self._sample_indices)
             self._sample_indices, self._sample_categories = _round_robin(cats, k)
-        for args in self._batch.pending_kpis:
+        for args in self._step.pending_kpis:
             self._offer_kpi(*args)
-        self._batch.pending_kpis.clear()
+        self._step.pending_kpis.clear()
 
-    def _drop_batch(self) -> None:
-        """Forget the current batch; its slot goes back unless it was sent to the writer."""
-        batch = self._batch
-        if batch is not None and batch.slot is not None:
-            self._writer.release(batch.slot)
-            batch.slot = None
-        self._batch = None
+    def _drop_step(self) -> None:
+        """Forget the current step; its slot goes back unless it was sent to the writer."""
+        step = self._step
+        if step is not None and step.slot is not None:
+            self._writer.release(step.slot)
+            step.slot = None
+        self._step = None
         self._recording = False
 
     def declare_that_all_different_types_of_execution_have_been_encountered(self) -> None:
@@ -845,34 +560,34 @@ class ComgraRecorder:
         if self._recording and not self._decided:
             # The step ends unrecorded; its slot goes back, so a loop that catches this
             # error can go on.
-            self._drop_batch()
+            self._drop_step()
             raise RecordingDecisionError(
                 f"step {self.training_step} was started with type_of_execution=None but "
                 "decide_recording_of_batch() was never called, so it is not recorded; call "
                 "decide_recording_of_batch() before finish_batch()"
             )
         if self._recording:
-            if self._batch.made_grad:
-                self._warn_unused_leaves(self._batch)
+            if self._step.made_grad:
+                self._warn_unused_leaves(self._step)
             try:
-                self._write_batch()
+                self._send_step()
             finally:
-                self._drop_batch()
+                self._drop_step()
             self._recorded_steps += 1
             self._known_types.add(self.type_of_execution)
             self.decision_maker.mark_recorded(self.training_step, self.type_of_execution)
         self._recording = False
-        if self._kpi_rows and time.monotonic() - self._kpi_last_submit > 1.0:
+        if self._kpis.due():
             self._submit_kpis()
 
-    def _warn_unused_leaves(self, batch: _Batch) -> None:
+    def _warn_unused_leaves(self, step: Step) -> None:
         """Warn (once per name) about registered leaves that nothing registered uses.
 
         A tensor that did not require a gradient when it was used leaves no trace in the
         autograd graph, so registering it afterwards cannot connect it: its edges are lost.
         """
-        for rid, name in batch.made_grad.items():
-            if rid not in batch.depended_on and name not in self._warned_unused:
+        for name in step.unused_leaves():
+            if name not in self._warned_unused:
                 self._warned_unused.add(name)
                 log.warning(
                     "comgra_like: step %s: nothing registered depends on %r in the dependency "
@@ -890,7 +605,7 @@ class ComgraRecorder:
                 "comgra_like: finalize() was called inside step %s (finish_batch() was not "
                 "called), so that step is not recorded; call finish_batch() before finalize()",
                 self.training_step)
-            self._drop_batch()
+            self._drop_step()
             self._stage = "idle"
         self._finalized = True
         self._submit_kpis()
@@ -937,255 +652,44 @@ class ComgraRecorder:
                                             "timepoint=...)")
         args = (str(kpi_group), str(kpi_name), timepoint, val)
         if self._recording and not self._decided:
-            self._batch.pending_kpis.append(args)
+            self._step.pending_kpis.append(args)
         else:
             self._offer_kpi(*args)
 
     def _offer_kpi(self, group, name, timepoint, val) -> None:
-        toe = self.type_of_execution or "main_execution_type"
-        key = (group, toe, name)
-        thinner = self._kpi_thinners.get(key)
-        if thinner is None:
-            thinner = self._kpi_thinners[key] = KpiThinner()
-        if thinner.offer(timepoint, val, name=f"{group}/{name}"):
-            self._kpi_rows.append((group, name, toe, timepoint, val, time.time()))
+        self._kpis.offer(group, name, self.type_of_execution or DEFAULT_TYPE_OF_EXECUTION,
+                         timepoint, val)
 
     def _submit_kpis(self) -> None:
-        if not self._kpi_rows:
-            return
-        rows, self._kpi_rows = self._kpi_rows, []
-        self._kpi_last_submit = time.monotonic()
-        self._writer.submit_kpis(rows)
+        if self._kpis.rows:
+            self._writer.submit_kpis(self._kpis.take())
 
-    # ----- graph extraction ---------------------------------------------------------------
+    # ----- graph structures and sending a recorded step -----------------------------------
 
-    def _make_walker(self, batch: _Batch) -> DependencyWalker:
-        def describe_leaf(fn):
-            variable = getattr(fn, "variable", None)
-            if variable is None:
-                return None
-            return (
-                f"step {self.training_step}, iteration {self.iteration}: a tensor of shape "
-                f"{tuple(variable.shape)} ({variable.dtype}) that requires a gradient is used "
-                "by registered tensors but is not registered itself. If it is a parameter, "
-                "call track_module() on its module; otherwise call register_tensor() on it "
-                "right after creating it (or detach it)."
-            )
+    def _write_graph(self, digest: str, structure: dict) -> None:
+        """A graph structure seen for the first time in this trial."""
+        path = self.trial_path / "graphs" / f"{digest}.json"
+        if not path.exists():
+            write_json(path, structure)
 
-        return DependencyWalker(batch.owner_fn, batch.owner_leaf, batch.conn_fn, batch.conn_leaf,
-                                describe_leaf)
-
-    def _extract_graph(self, iteration: int) -> str:
-        batch = self._batch
-        regs = batch.regs
-        current = batch.by_iteration.get(iteration, [])
-        nodes: dict[str, dict] = {}
-        edges: set[tuple[str, str, str, str]] = set()
-
-        def node_id(r: _Registration) -> str:
-            if r.iteration == iteration or r.kind == "parameter":
-                return r.node
-            return f"{r.node}@{'initial' if r.iteration < 0 else r.iteration}"
-
-        def add_node(r: _Registration) -> str:
-            nid = node_id(r)
-            entry = nodes.get(nid)
-            if entry is None:
-                if r.kind == "parameter":
-                    where = "step"
-                elif r.iteration == iteration:
-                    where = 0
-                elif r.iteration < 0:
-                    where = "step"
-                else:
-                    where = r.iteration - iteration
-                entry = nodes[nid] = {
-                    "id": nid, "node": r.node, "kind": r.kind, "iteration": where,
-                    "is_import": nid != r.node, "roles": {}, "module_group": None,
-                }
-            shape = list(r.tensor.shape)
-            if r.batch_dim is not None:
-                shape[r.batch_dim] = -1
-            role = {"tensor_name": r.tensor_name, "shape": shape}
-            if r.alias_of is not None:
-                src = regs[r.alias_of]
-                role["alias_of"] = [src.node, src.role, _rel_iteration(src, iteration)]
-            entry["roles"][r.role] = role
-            if r.kind == "parameter":
-                entry["module_group"] = self._params[r.param_index].module_group
-            return nid
-
-        walker = batch.walker
-        deps_of = []
-        for r in current:
-            if r.alias_of is not None:
-                deps = {r.alias_of}
-            else:
-                fn = r.tensor.grad_fn
-                deps = set(walker.dependencies_of_node(fn)) if fn is not None else set()
-                if fn is None:
-                    deps |= batch.conn_leaf.get(id(r.tensor), set())
-            deps |= batch.conn_reg.get(r.rid, set())
-            deps.discard(r.rid)
-            deps_of.append(deps)
-        if batch.made_grad:
-            batch.depended_on.update(*deps_of)
-        # Loops build the same structure step after step: a key of plain tuples finds its
-        # hash without building, checking and hashing the JSON structure again.
-        key = (iteration, tuple([r.sig_id for r in regs]), tuple([r.rid for r in current]),
-               tuple(tuple(sorted(d)) for d in deps_of))
-        digest = self._graph_keys.get(key)
-        if digest is not None:
-            return digest
-        for r, deps in zip(current, deps_of):
-            target = add_node(r)
-            for d in deps:
-                src = regs[d]
-                source = add_node(src)
-                edges.add((source, target, src.role, r.role))
-        if self.prefixes_nodes:
-            # Merged parameter nodes show all their roles, not only those used here.
-            for r in batch.by_iteration.get(-1, []):
-                if r.kind == "parameter" and r.node in nodes:
-                    add_node(r)
-        # Autograd graphs are acyclic: only hand-made connections can close a loop.
-        manual = batch.conn_reg or batch.conn_fn or batch.conn_leaf
-        cycle = find_cycle(nodes, [(a, b) for a, b, _, _ in edges]) if manual else None
-        if cycle:
-            raise GraphError(
-                f"step {self.training_step}, iteration {iteration}: the dependency graph has a "
-                f"cycle {' -> '.join(cycle)}; it comes from add_tensor_connection() calls that "
-                "point backwards. Remove the connection that closes the loop."
-            )
-        structure = {
-            "nodes": sorted(nodes.values(), key=lambda n: n["id"]),
-            "edges": sorted([list(e) for e in edges]),
-        }
-        digest = canonical_hash(structure)
-        if len(self._graph_keys) >= 4096:
-            self._graph_keys.clear()
-        self._graph_keys[key] = digest
-        if digest not in self._seen_graphs:
-            path = self.trial_path / "graphs" / f"{digest}.json"
-            if not path.exists():
-                write_json(path, structure)
-            self._seen_graphs.add(digest)
-        return digest
-
-    # ----- copying and sending a recorded batch ----------------------------------------------
-
-    def _capture(self, regs: list[_Registration], tensors: list[torch.Tensor],
-                 recording_types: str | list[str]) -> None:
-        """Copy tensors (as float32) into the batch's shared memory for the writer.
-
-        Steps of a training loop capture the same tensors in the same order, so where each
-        one goes, the views that write it there and its description for the writer are
-        planned once per slot and reused: per step only the copies remain. Tensors of one
-        size go next to each other, so that the writer reduces them as one block.
-        """
-        if not regs:
-            return
-        batch = self._batch
-        slot = batch.slot
-        single = isinstance(recording_types, str)
-        key = (recording_types if single else tuple(recording_types), tuple(slot.fill),
-               self._batch_size, tuple([r.sig_id for r in regs]))
-        plan = slot.plans.get(key)
-        if plan is None:
-            plan = self._plan_capture(slot, regs, tensors, [recording_types] * len(regs)
-                                      if single else recording_types)
-            if len(slot.plans) >= 64:  # tensors that change every step: plan afresh
-                slot.plans.clear()
-            slot.plans[key] = plan
-        else:
-            slot.fill[:] = plan.fill
-            slot.needed = plan.needed
-        sources = [tensors[i] for i in plan.order]
-        enabled = torch.is_grad_enabled()
-        torch.set_grad_enabled(False)
-        try:
-            if plan.complex:
-                for view, t in zip(plan.views, sources):
-                    view.copy_(t.abs() if t.is_complex() else t)
-            else:
-                torch._foreach_copy_(plan.views, sources)  # one call instead of one per tensor
-        finally:
-            torch.set_grad_enabled(enabled)
-        batch.plans.append(plan)
-
-    def _plan_capture(self, slot: Slot, regs, tensors, recording_types) -> _CapturePlan:
-        order = sorted(range(len(regs)), key=lambda i: tensors[i].numel())
-        refs, views, layout = [], [], []
-        for i in order:
-            t, reg = tensors[i], regs[i]
-            n = t.numel()
-            seg_index, offset = self._writer.allocate(slot, n)
-            seg = slot.segments[seg_index]
-            if seg.view is None:
-                seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
-            views.append(seg.view[offset:offset + n].view(t.shape))
-            refs += (seg_index, offset)
-            layout.append((reg.tensor_name, reg.node, reg.role, reg.kind, reg.iteration,
-                           recording_types[i], tuple(t.shape), reg.batch_dim, reg.per_sample,
-                           reg.with_values, reg.param_index))
-        return _CapturePlan(order, views, refs, layout, list(slot.fill), slot.needed,
-                            any(t.is_complex() for t in tensors), next(self._plan_ids))
-
-    def _write_batch(self) -> None:
-        """Copy the forward values and the updated parameters, and send the batch.
+    def _send_step(self) -> None:
+        """Copy the forward values and the updated parameters, and send the step.
 
         Forward values are copied now (training code may reuse its buffers), gradients were
         copied when recorded, parameters at start_batch; the parameters after the
         optimizer step are copied too, and the writer subtracts. Statistics, singular
         values and Arrow tables are the writer process's work.
         """
-        batch = self._batch
-        regs = [reg for reg in batch.regs if reg.alias_of is None]
-        self._capture(regs, [reg.tensor for reg in regs],
-                      [_UPDATE if reg.param_index >= 0 else _FORWARD for reg in regs])
-        # The same plans give the same layout and references: their JSON is made once.
-        plans = batch.plans
-        key = tuple([plan.pid for plan in plans])
-        cached = self._msg_parts.get(key)
-        if cached is None or cached[0] != self._writer.layout_generation:
-            layout = [x for plan in plans for x in plan.layout]
-            refs = [x for plan in plans for x in plan.refs]
-            layout_id, new = self._writer.layout_id(tuple(layout))
-            head = f'"layout_id":{layout_id},"refs":{json.dumps(refs, separators=(",", ":"))}'
-            if len(self._msg_parts) >= 256:
-                self._msg_parts.clear()
-            self._msg_parts[key] = (self._writer.layout_generation, head)
-            if new:  # the writer learns the layout with this message only
-                head += ',"layout":' + json.dumps(layout, separators=(",", ":"))
-        else:
-            head = cached[1]
-        # The type of execution and the samples repeat from step to step too.
-        parts_key = (self.type_of_execution, tuple(self._sample_indices),
-                     tuple(self._sample_categories))
-        parts = self._json_parts.get(parts_key)
-        if parts is None:
-            if len(self._json_parts) >= 256:
-                self._json_parts.clear()
-            parts = self._json_parts[parts_key] = (
-                f'"toe":{json.dumps(self.type_of_execution)},'
-                f'"samples":{json.dumps(self._sample_indices)},'
-                f'"categories":{json.dumps(self._sample_categories)}'
-            )
-        graphs = ",".join([f'[{i},"{h}"]' for i, h in sorted(batch.graphs.items())])
-        body = (
-            f'{head},"step":{self.training_step},{parts},'
-            f'"batch_size":{self._batch_size},"wall":{time.time()!r},"graphs":[{graphs}]'
-        )
-        slot, batch.slot = batch.slot, None
+        step = self._step
+        regs = [reg for reg in step.regs if reg.alias_of is None]
+        self._capturer.capture(step, self._batch_size, regs, [reg.tensor for reg in regs],
+                               [UPDATE if reg.param_index >= 0 else FORWARD for reg in regs])
+        body = self._capturer.message(step, self.type_of_execution, self._sample_indices,
+                                      self._sample_categories, self._batch_size)
+        slot, step.slot = step.slot, None
         self._writer.submit_batch(slot, body)
-        if self._kpi_rows:
+        if self._kpis.rows:
             self._submit_kpis()
-
-
-def _rel_iteration(reg: _Registration, iteration: int):
-    if reg.kind == "parameter" or reg.iteration < 0:
-        return "step"
-    return reg.iteration - iteration
 
 
 def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:

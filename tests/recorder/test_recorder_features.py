@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from comgra_like._kpi import KpiThinner
+from comgra_like.record.kpi import KpiThinner
 from comgra_like.objects import (
     DecisionMakerForRecordingsFrequencyPerType,
     DecisionMakerForRecordingsHardcoded,
@@ -134,9 +134,9 @@ def test_signature_ids_are_not_reused_after_the_table_starts_over(tmp_path, monk
     """Capture plans and graphs are cached under registration-signature ids; when the id
     table is emptied, new signatures must get new ids, or a step registering other names
     would reuse another step's cached layout and be stored under the wrong names."""
-    from comgra_like import recorder as recorder_module
+    from comgra_like.record import step as step_module
 
-    monkeypatch.setattr(recorder_module, "_MAX_SIG_IDS", 3)
+    monkeypatch.setattr(step_module, "MAX_SIGNATURE_IDS", 3)
     torch.manual_seed(0)
     net = torch.nn.Linear(3, 3)
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(8)))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 
 @dataclass
@@ -50,3 +51,33 @@ class KpiThinner:
         lo, hi = min(self._recent), max(self._recent)
         margin = (hi - lo) * self.outlier_factor
         return value > hi + margin or value < lo - margin or math.isnan(value)
+
+
+class KpiBuffer:
+    """The KPI points of one trial on their way to the writer: thinned per curve, kept
+    here and handed over in batches (``take``) about once a second or with a step."""
+
+    def __init__(self) -> None:
+        self._thinners: dict[tuple[str, str, str], KpiThinner] = {}
+        self.rows: list[tuple] = []
+        self.last_take = time.monotonic()
+
+    def offer(self, group: str, name: str, type_of_execution: str, timepoint: int,
+              value: float) -> None:
+        key = (group, type_of_execution, name)
+        thinner = self._thinners.get(key)
+        if thinner is None:
+            thinner = self._thinners[key] = KpiThinner()
+        if thinner.offer(timepoint, value, name=f"{group}/{name}"):
+            self.rows.append((group, name, type_of_execution, timepoint, value, time.time()))
+
+    def due(self) -> bool:
+        """Whether rows wait for longer than a second."""
+        return bool(self.rows) and time.monotonic() - self.last_take > 1.0
+
+    def take(self) -> list[tuple]:
+        """The rows buffered so far (group, name, type of execution, timepoint, value,
+        wall time); the buffer starts empty again."""
+        rows, self.rows = self.rows, []
+        self.last_take = time.monotonic()
+        return rows
