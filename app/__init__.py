@@ -13,16 +13,9 @@ from pathlib import Path
 
 import dash
 
-from . import (
-    layout,
-    page_graphs,
-    page_network,
-    page_notes,
-    page_tensors,
-    page_visualization,
-    selectors,
-)
+from . import selectors, shell
 from .data import DEFAULT_CACHE_BYTES, AppData
+from .pages import PAGES
 from .parts import AppParts
 from .plugin import VisualizationPlugin
 from .prefetch import NeighbourPrefetch
@@ -62,25 +55,13 @@ def create_app(
         suppress_callback_exceptions=True,  # pages are inserted by the router
         serve_locally=True,
     )
-    pages = [
-        layout.Page(page_tensors.PATH, page_tensors.NAME, page_tensors.build),
-        layout.Page(page_network.PATH, page_network.NAME, page_network.build),
-        layout.Page(page_notes.PATH, page_notes.NAME, page_notes.build),
-        layout.Page(page_graphs.PATH, page_graphs.NAME, page_graphs.build),
-    ]
-    if parts.plugin is not None:
-        pages.append(
-            layout.Page(page_visualization.PATH, page_visualization.NAME, page_visualization.build)
-        )
-    app.layout = layout.build_shell(data.refresh_seconds, pages)
+    pages = [page for page in PAGES if page.available(parts)]
+    app.layout = shell.build_shell(data.refresh_seconds, pages)
     if parts.prefetch is not None:
         parts.prefetch.watch_requests(app.server)
-    layout.register_callbacks(app, parts, pages)
+    shell.register_callbacks(app, parts, pages)
     selectors.register_callbacks(app, parts)
-    page_tensors.register_callbacks(app, parts)
-    page_network.register_callbacks(app, parts)
-    page_notes.register_callbacks(app, parts)
-    page_graphs.register_callbacks(app, parts)
-    page_visualization.register_callbacks(app, parts)
+    for page in pages:
+        page.register_callbacks(app, parts)
     app.comgra_parts = parts
     return app

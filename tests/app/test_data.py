@@ -9,7 +9,7 @@ import pytest
 from comgra_like.app import create_app
 from comgra_like.app import selection as sel
 from comgra_like.app.data import AppData
-from comgra_like.app.page_tensors import is_complete
+from comgra_like.app.pages.tensors import is_complete
 
 
 def test_options_follow_the_recording(tiny_group):

@@ -9,14 +9,15 @@ from dash import Input, Output, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
-from . import figures, ids
-from .parts import AppParts
+from .. import figures, ids
+from ..parts import AppParts
+from .page import Page
 
 PATH = "/graphs"
 NAME = "Graphs"
 
 
-def build() -> html.Div:
+def layout() -> html.Div:
     return html.Div(
         [
             html.Div(id=ids.KPI_GRAPHS, className="kpi-grid"),
@@ -66,3 +67,6 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if key == shown:
             return no_update, no_update
         return kpi_graphs(frame), key
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)

@@ -8,17 +8,18 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html, no_update
 
-from . import ids
-from . import selection as sel
-from .data import AppData
-from .parts import AppParts
-from .plugin import VisualizationContext
+from .. import ids
+from .. import selection as sel
+from ..data import AppData
+from ..parts import AppParts
+from ..plugin import VisualizationContext
+from .page import Page
 
 PATH = "/visualization"
 NAME = "Visualization"
 
 
-def build() -> html.Div:
+def layout() -> html.Div:
     return html.Div(
         [
             html.Div(id=ids.VISUALIZATION, className="visualization-output"),
@@ -64,6 +65,8 @@ def context_for(data: AppData, current: dict) -> VisualizationContext:
 
 def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     data, plugin = parts.data, parts.plugin
+    if plugin is None:  # the page is not shown without a --visualization-file
+        return
 
     @app.callback(
         Output(ids.VISUALIZATION, "children"),
@@ -73,17 +76,6 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.VISUALIZATION_KEY, "data"),  # inside the page: fires when the page is shown
     )
     def show_visualization(selection: dict | None, status: Any, shown: Any) -> tuple:
-        if plugin is None:
-            return html.P(
-                [
-                    "No visualization file was given. Start the GUI with ",
-                    html.Code("--visualization-file FILE"),
-                    " (a Python file defining ",
-                    html.Code("create_visualization(ctx)"),
-                    ").",
-                ],
-                className="text-muted",
-            ), None
         current = (selection or {}).get("current") or {}
         key = [current, plugin.mtime(), data.trial_version(current.get("trial"))]
         if key == shown:
@@ -94,3 +86,6 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         return html.Div(
             [html.Div(f"{plugin.path.name}", className="text-muted small mb-1"), content]
         ), key
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks, needs_plugin=True)

@@ -7,25 +7,18 @@ so switching pages keeps it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from . import ids, selectors
+from .pages import Page
 from .parts import AppParts
 
 
-@dataclass(frozen=True)
-class Page:
-    path: str
-    name: str
-    build: Callable[[], Any]
-
-
-def top_bar(pages: list[Page]) -> html.Header:
+def top_bar(pages: Sequence[Page]) -> html.Header:
     return html.Header(
         [
             html.Div("comgra", className="brand", title="comgra-like"),
@@ -47,7 +40,9 @@ def top_bar(pages: list[Page]) -> html.Header:
     )
 
 
-def build_shell(refresh_seconds: float, pages: list[Page]) -> html.Div:
+def build_shell(refresh_seconds: float, pages: Sequence[Page]) -> html.Div:
+    """The app's layout: the top bar linking ``pages``, the stores, the refresh interval
+    and the place the router puts a page."""
     return html.Div(
         [
             dcc.Location(id=ids.URL, refresh=False),
@@ -97,8 +92,9 @@ def banner(status: dict | None) -> list:
 
 
 def register_callbacks(
-    app: dash.Dash, parts: AppParts, pages: list[Page]
+    app: dash.Dash, parts: AppParts, pages: Sequence[Page]
 ) -> None:
+    """The router (``pages`` by URL path), the data-status refresh, the banner and the badge."""
     data, plugin = parts.data, parts.plugin
     by_path = {p.path: p for p in pages}
 
@@ -120,7 +116,7 @@ def register_callbacks(
                 className="p-4",
             )
         else:
-            content = page.build()
+            content = page.layout()
         return (content, *classes)
 
     @app.callback(

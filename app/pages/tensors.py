@@ -23,11 +23,12 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 
 from comgra_like.errors import ComgraError
 
-from . import figures, ids, selectors, views
-from . import selection as sel
-from .data import AppData
-from .graph_figure import build_graph_figure, highlight_patch
-from .parts import AppParts
+from .. import figures, ids, selectors, views
+from .. import selection as sel
+from ..data import AppData
+from ..graph_figure import build_graph_figure, highlight_patch
+from ..parts import AppParts
+from .page import Page
 
 PATH = "/"
 NAME = "Tensors"
@@ -55,7 +56,7 @@ def card(title: Any, body: Any, class_name: str = "") -> html.Div:
     )
 
 
-def build() -> html.Div:
+def layout() -> html.Div:
     """The page layout (controls are filled by the selection callback)."""
     statistic = dcc.Dropdown(
         id=ids.selector("statistic"),
@@ -360,3 +361,6 @@ def _live_version(data: AppData, current: Mapping[str, Any]) -> int:
     if steps and step == max(steps):
         return data.trial_version(trial)
     return 0
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)

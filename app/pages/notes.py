@@ -10,14 +10,15 @@ from dash import Input, Output, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
-from . import figures, ids
-from .parts import AppParts
+from .. import figures, ids
+from ..parts import AppParts
+from .page import Page
 
 PATH = "/notes"
 NAME = "Notes"
 
 
-def build() -> html.Div:
+def layout() -> html.Div:
     return html.Div(
         [
             dcc.Input(
@@ -80,3 +81,6 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if key == shown:
             return no_update, no_update
         return notes_list(notes, query), key
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)

@@ -9,14 +9,15 @@ from dash import Input, Output, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
-from . import figures, ids
-from .parts import AppParts
+from .. import figures, ids
+from ..parts import AppParts
+from .page import Page
 
 PATH = "/network"
 NAME = "Network"
 
 
-def build() -> html.Div:
+def layout() -> html.Div:
     return html.Div(
         [
             html.Div(id=ids.NETWORK_TABLE, className="network-table"),
@@ -114,3 +115,6 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if key == shown:
             return no_update, no_update
         return network_table(modules), key
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)

@@ -1,0 +1,21 @@
+"""The GUI's pages, one module each; :data:`PAGES` is the registry ``create_app`` iterates.
+
+A page module defines ``PAGE = Page(path, name, layout, register_callbacks)``: a pure
+layout builder and a function that adds its callbacks (see :class:`Page`). To add a
+page, write its module and list its ``PAGE`` here, in the order of the top bar.
+"""
+
+from __future__ import annotations
+
+from . import graphs, network, notes, tensors, visualization
+from .page import Page
+
+PAGES: tuple[Page, ...] = (
+    tensors.PAGE,
+    network.PAGE,
+    notes.PAGE,
+    graphs.PAGE,
+    visualization.PAGE,
+)
+
+__all__ = ["PAGES", "Page"]
