@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ from .cache import ByteLRU, estimate_bytes
 DEFAULT_CACHE_BYTES = 256 * 2**20
 #: At most this many unforeseen read failures are kept for the banner (the log has all).
 MAX_READ_PROBLEMS = 50
+#: The last this many refreshes are kept (:meth:`AppData.refreshes`).
+KEEP_REFRESHES = 50
 log = logging.getLogger("comgra_like.app")
 
 
@@ -64,6 +67,16 @@ class DataStatus:
             "skipped": [list(s) for s in self.skipped],
             "problem": self.problem,
         }
+
+
+@dataclass(frozen=True)
+class RefreshRecord:
+    """One look for new data: when it ended, what it cost and the data version it left."""
+
+    wall_time: float  # time.time() at its end
+    seconds: float  # the whole refresh
+    group_seconds: float  # of which in the query API (opening the group, Group.refresh)
+    version: int  # the group's data version after it (0: no group yet)
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,7 @@ class AppData:
         self._trial_versions: dict[str, int] = {}
         # reads that failed in a way the query API did not foresee: where -> why
         self._read_problems: dict[str, str] = {}
+        self._refreshes: deque[RefreshRecord] = deque(maxlen=KEEP_REFRESHES)
         self.refresh(force=True)
 
     # --- refresh ----------------------------------------------------------------------
@@ -123,37 +137,55 @@ class AppData:
             now = time.monotonic()
             if force or now - self._last_refresh >= self.refresh_seconds / 2:
                 self._last_refresh = now
-                self._refresh_now()
+                started = time.perf_counter()
+                group_seconds = self._refresh_now()
+                version = int(self._group.version) if self._group is not None else 0
+                self._refreshes.append(
+                    RefreshRecord(
+                        time.time(), time.perf_counter() - started, group_seconds, version
+                    )
+                )
             return self.status()
 
-    def _refresh_now(self) -> None:
+    def refreshes(self) -> list[RefreshRecord]:
+        """The last refreshes that looked for new data, oldest first (for benchmarks and the
+        debug log; a refresh asked for too soon after the last one is not among them)."""
+        with self._lock:
+            return list(self._refreshes)
+
+    def _refresh_now(self) -> float:
+        """Open or refresh the group; the seconds spent in the query API."""
+        started = time.perf_counter()
         if self._group is None:
             try:
                 self._group = self._open_group(self.path, cache_bytes=self.query_cache_bytes)
             except ComgraError as exc:
                 self._problem = str(exc)
-                return
+                return time.perf_counter() - started
             except OSError as exc:
                 self._problem = f"{self.path} cannot be read: {exc}"
-                return
+                return time.perf_counter() - started
+            group_seconds = time.perf_counter() - started
             self._problem = None
             trials = [t.trial_id for t in self._group.list_trials()]
             for trial_id in trials:
                 self._trial_versions[trial_id] = 1
             if trials:
                 self._last_data_time = time.time()
-            return
+            return group_seconds
         try:
             report = self._group.refresh()
         except (ComgraError, OSError) as exc:
             self._problem = f"Reading {self.path} failed: {exc}"
-            return
+            return time.perf_counter() - started
+        group_seconds = time.perf_counter() - started
         self._problem = None
         touched = list(report.new_trials) + list(report.changed_trials)
         for trial_id in touched:
             self._trial_versions[trial_id] = self._trial_versions.get(trial_id, 0) + 1
         if touched:
             self._last_data_time = time.time()
+        return group_seconds
 
     def status(self) -> DataStatus:
         group = self._group
@@ -193,6 +225,16 @@ class AppData:
                 if len(self._read_problems) < MAX_READ_PROBLEMS:
                     self._read_problems[where] = f"reading failed ({type(exc).__name__}: {text})"
             return default
+
+    def cache_usage(self) -> dict[str, int]:
+        """Bytes held and allowed by the derived cache and by the query API's cache."""
+        group = self._group
+        return {
+            "derived_bytes": self.cache.bytes,
+            "derived_limit": self.cache.max_bytes,
+            "query_bytes": int(group.cache_bytes_used) if group is not None else 0,
+            "query_limit": self.query_cache_bytes,
+        }
 
     def trial_version(self, trial_id: str | None) -> int:
         """Grows whenever a refresh found something new in the trial (0: unknown trial)."""

@@ -1,6 +1,6 @@
 """The committed recording in example_runs/tutorial must stay readable.
 
-It was written by an earlier version (``scripts/make_example_run.py``). If a change of
+It was written by an earlier version (``benchmarks/make_example_run.py``). If a change of
 the storage format or of the query API makes these tests fail, old recordings on users'
 disks would break the same way: keep reading the old format (or migrate it), don't
 regenerate the example to make this pass.
@@ -30,7 +30,7 @@ HELPER = "helper_partial_sums"
 
 @pytest.fixture(scope="module")
 def group():
-    assert GROUP_DIR.is_dir(), f"{GROUP_DIR} is missing: run scripts/make_example_run.py"
+    assert GROUP_DIR.is_dir(), f"{GROUP_DIR} is missing: run benchmarks/make_example_run.py"
     g = open_group(GROUP_DIR)
     g.refresh()
     return g

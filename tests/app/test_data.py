@@ -95,3 +95,20 @@ def test_create_app_builds_independent_apps(tiny_group):
     first, second = create_app(tiny_group), create_app(tiny_group)
     assert first.comgra_parts.data is not second.comgra_parts.data
     assert len(first.callback_map) == len(second.callback_map) > 5
+
+
+def test_refreshes_and_cache_usage_are_reported(tmp_path, tiny_group):
+    target = tmp_path / "later"
+    data = AppData(target, refresh_seconds=0)  # its first refresh: the path is not there
+    data.refresh(force=True)
+    assert [r.version for r in data.refreshes()] == [0, 0]
+    shutil.copytree(tiny_group, target)
+    data.refresh(force=True)
+    opened = data.refreshes()[-1]
+    assert opened.version == data.group.version > 0
+    assert 0 < opened.group_seconds <= opened.seconds
+    assert data.cache_usage()["derived_bytes"] == 0
+    data.tensor_index("trial_a", 0)
+    usage = data.cache_usage()
+    assert 0 < usage["derived_bytes"] <= usage["derived_limit"]
+    assert 0 < usage["query_bytes"] <= usage["query_limit"]

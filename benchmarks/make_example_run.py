@@ -1,7 +1,7 @@
 """Regenerate ``example_runs/tutorial``: a small committed recording of the tutorial.
 
-    python scripts/make_example_run.py            # from a checkout: writes example_runs/
-    python scripts/make_example_run.py --out DIR  # writes DIR/tutorial
+    python benchmarks/make_example_run.py            # writes example_runs/ of this checkout
+    python benchmarks/make_example_run.py --out DIR  # writes DIR/tutorial
 
 The recording has two uses. It lets people open the GUI on real data without training
 anything (``comgra --path example_runs/tutorial``), and it is a fixture for
@@ -22,10 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: python scripts/make_example_run.py
-    from comgra_like.scripts.tutorial import run_tutorial_with_summaries
-else:
-    from .tutorial import run_tutorial_with_summaries
+from comgra_like.scripts.tutorial import run_tutorial_with_summaries
 
 GROUP = "tutorial"
 STEPS = 600

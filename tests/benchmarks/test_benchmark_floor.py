@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_recorder.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "benchmark_recorder.py"
 
 
 def _load():

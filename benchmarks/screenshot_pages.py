@@ -1,14 +1,14 @@
 """Screenshots of every GUI page with headless Chromium (for docs/screenshots/).
 
-    python -m comgra_like.scripts.screenshot_pages [--path GROUP] [--out docs/screenshots]
+    python benchmarks/screenshot_pages.py [--path GROUP] [--out docs/screenshots]
         [--size 1280x800] [--visualization-file FILE] [--plugin-node helper_partial_sums]
 
 Without --path it uses the tutorial's group (``comgra-test-run``) if there is one, else
 records a small one into a temporary folder first (needs torch). The GUI runs in this
 process on a free local port; Selenium drives /usr/bin/chromium (override with
-DASH_TEST_CHROMEPATH) and prints any browser console errors. Pages: Tensors (with a node
-near the middle selected), Network, Notes, Graphs, Visualization (with ``--plugin-node``
-and its first sample selected, if that node exists).
+DASH_TEST_CHROMEPATH) and prints any browser console errors. Pages: those of the GUI's
+page registry, Tensors with a node near the middle selected, Visualization with
+``--plugin-node`` and its first sample selected, if that node exists.
 """
 
 from __future__ import annotations
@@ -22,13 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-PAGES = [
-    ("tensors", "/"),
-    ("network", "/network"),
-    ("notes", "/notes"),
-    ("graphs", "/graphs"),
-    ("visualization", "/visualization"),
-]
+from comgra_like import paths
 
 
 def _free_port() -> int:
@@ -167,20 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
 
     from comgra_like.app import create_app
-    from comgra_like.scripts import tutorial
+    from comgra_like.app.pages import PAGES
 
     tmp = None
     path = args.path
-    if path is None and tutorial.default_test_run_path().exists():
-        path = tutorial.default_test_run_path()
+    if path is None and paths.default_test_run_path().exists():
+        path = paths.default_test_run_path()
     if path is None:
         tmp = tempfile.TemporaryDirectory(prefix="comgra_screens_")
         print("recording an example group (about a minute) …", flush=True)
         path = _record_example(Path(tmp.name))
-    plugin = args.visualization_file or tutorial.visualization_file_path()
+    plugin = args.visualization_file or paths.example_visualization_path()
     plugin = plugin if plugin.exists() else None
-    pages = [p for p in PAGES if plugin is not None or p[0] != "visualization"]
     app = create_app(path, visualization_file=plugin)
+    pages = [(p.name.lower(), p.path) for p in PAGES if plugin is not None or not p.needs_plugin]
     port = _free_port()
     server = threading.Thread(
         target=lambda: app.run(host="127.0.0.1", port=port, debug=False, use_reloader=False),

@@ -3,7 +3,7 @@
 
 Usage::
 
-    python scripts/benchmark_recorder.py [--steps N] [--comgra-python PATH] [--out DIR]
+    python benchmarks/benchmark_recorder.py [--steps N] [--comgra-python PATH] [--out DIR]
 
 One workload, defined once below (``WORKLOAD``): an MLP of width 256 with 4 Linear
 layers and ReLU in between, batch 64, MSE loss, SGD; 11 tensors registered per step
@@ -258,10 +258,8 @@ def _process_cpu_s(pid):
 def run_worker(args) -> dict:
     impl, mode, steps = args.impl, args.mode, args.steps
     script_dir = str(SCRIPT_PATH.parent)
-    # Never let our own scripts/ folder shadow anything the recorder imports.
+    # Never let this folder's files shadow anything the recorder imports.
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != script_dir]
-    if impl == "comgra_like":
-        sys.path.insert(0, str(REPO_ROOT))
     import torch
 
     torch.set_num_threads(WORKLOAD["torch_threads"])
@@ -421,19 +419,25 @@ def run_worker(args) -> dict:
 # --------------------------------------------------------------------------------------
 
 
+def _worker_env(impl: str) -> dict[str, str]:
+    """The environment of a worker: comgra_like is the installed package (or whatever
+    PYTHONPATH puts first, e.g. another checkout to compare with); comgra 0.11.5 runs in
+    its own venv, which our PYTHONPATH must not reach."""
+    env = dict(os.environ)
+    if impl == "comgra":
+        env.pop("PYTHONPATH", None)
+    return env
+
+
 def _check_importable(python: str, impl: str) -> str | None:
     """None if ``impl`` imports under ``python``, else a short reason."""
     if impl == "comgra":
         code = "import comgra.recorder, comgra.objects"
-        env_path = None
     else:
         code = (
             "import comgra_like.recorder, comgra_like.objects; comgra_like.recorder.ComgraRecorder"
         )
-        env_path = str(REPO_ROOT)
-    env = dict(os.environ)
-    if env_path:
-        env["PYTHONPATH"] = env_path + os.pathsep + env.get("PYTHONPATH", "")
+    env = _worker_env(impl)
     try:
         p = subprocess.run(
             [python, "-c", code],
@@ -473,10 +477,9 @@ def _run_worker_proc(python, impl, mode, steps, root, cprofile=None, verbose=Fal
     ]
     if cprofile:
         cmd += ["--cprofile", str(cprofile)]
-    env = dict(os.environ)
+    env = _worker_env(impl)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(threads)
-    env.pop("PYTHONPATH", None)
     t0 = time.perf_counter()
     p = subprocess.run(
         cmd, check=False, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()

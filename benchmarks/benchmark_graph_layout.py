@@ -6,30 +6,18 @@ size of the patch's JSON payload (what Dash sends to the browser on a click), fo
 node in the middle of the graph and for the loss (whose upstream is everything).
 Times are the best of several runs (these machines are noisy); compare rows of one run.
 
-    python scripts/benchmark_graph_layout.py
+    python benchmarks/benchmark_graph_layout.py
 """
 
 from __future__ import annotations
 
 import random
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from comgra_like.app.graph_figure import build_graph_figure, build_graph_model, highlight_patch
+from comgra_like.app.graph_layout import compute_layout
 from plotly.io.json import to_json_plotly
-
-try:
-    from comgra_like.app.graph_figure import (
-        build_graph_figure,
-        build_graph_model,
-        highlight_patch,
-    )
-    from comgra_like.app.graph_layout import compute_layout
-except ImportError:  # running from a checkout that is not installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from app.graph_figure import build_graph_figure, build_graph_model, highlight_patch
-    from app.graph_layout import compute_layout
 
 
 @dataclass(frozen=True)

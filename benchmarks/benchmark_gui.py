@@ -3,12 +3,15 @@
 
 Usage::
 
-    python scripts/benchmark_gui.py                      # 2 trials x 2,000 steps (built once)
-    python scripts/benchmark_gui.py --steps 200          # quick run on a smaller group
-    python scripts/benchmark_gui.py --group DIR          # an existing group folder
-    python scripts/benchmark_gui.py --sections 2,3 --profile
+    python benchmarks/benchmark_gui.py                      # 2 trials x 2,000 steps (built once)
+    python benchmarks/benchmark_gui.py --steps 200          # quick run on a smaller group
+    python benchmarks/benchmark_gui.py --group DIR          # an existing group folder
+    python benchmarks/benchmark_gui.py --sections 2,3 --profile
 
-The synthetic groups are built with ``scripts/make_synthetic_group.py`` (the real
+Run it from the repository root with the package installed (``pip install -e .``); it
+imports ``comgra_like`` and, from this folder, ``make_synthetic_group``.
+
+The synthetic groups are built with ``benchmarks/make_synthetic_group.py`` (the real
 recorder) and cached under ``--cache-dir`` (default ``$XDG_CACHE_HOME/comgra_like/
 benchmark_gui``, i.e. ``~/.cache/...``): the first run takes a few minutes, reruns reuse
 them. Every server is the real app (``create_app``) in a subprocess (this file with
@@ -34,7 +37,7 @@ Sections (``--sections``, default all):
 5. refresh after 50 new steps of a running trial: the recorder writes the trial with
    ``flush_seconds=0`` and a flush per step (so every step is its own shards) into a
    staging folder; the files of 50 steps are then moved into the watched group at once
-   (next to symlinks to the big trials). Measured: ``AppState.refresh`` on the server
+   (next to symlinks to the big trials). Measured: ``AppData.refresh`` on the server
    (``group.refresh()`` inside) and the time until the newest step is on the step
    slider in the browser (this includes waiting for the 2 s refresh interval).
 6. server memory (VmRSS of the server process, from /proc) after its first view and while
@@ -51,6 +54,7 @@ import argparse
 import contextlib
 import copy
 import cProfile
+import dataclasses
 import http.client
 import io
 import json
@@ -70,14 +74,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from comgra_like.app import ids
+
 SCRIPT_PATH = Path(__file__).resolve()
 REPO_ROOT = SCRIPT_PATH.parent.parent
-
-try:
-    from comgra_like.app import ids
-except ImportError:  # a checkout that is not installed
-    sys.path.insert(0, str(REPO_ROOT))
-    from comgra_like.app import ids
 
 CHROME_BINARY = os.environ.get("DASH_TEST_CHROMEPATH", "/usr/bin/chromium")
 # The options of tests/conftest.py (headless Debian Chromium, as root, offline).
@@ -185,7 +185,7 @@ def synthetic_group(
     if (path / "trials").is_dir():
         say(f"  reusing {path}")
         return path
-    from comgra_like.scripts.make_synthetic_group import build
+    from make_synthetic_group import build
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".building-", dir=cache_dir))
@@ -234,62 +234,28 @@ def serve(path: str, cache_mb: float, refresh_seconds: float, prefetch: bool = T
         refresh_seconds=refresh_seconds,
         prefetch=prefetch,
     )
-    state = app.comgra_parts.data
-    timings = app.comgra_parts.timings
-    refreshes: list[dict] = []
-    group_times: list[float] = []
+    data, timings = app.comgra_parts.data, app.comgra_parts.timings
 
-    def wrap_group() -> None:
-        group = state.group
-        if group is None or getattr(group, "_bench_wrapped", False):
-            return
-        original = group.refresh
+    def refreshes() -> list[dict]:
+        return [dataclasses.asdict(r) for r in data.refreshes()]
 
-        def timed(*a, **k):
-            t = time.perf_counter()
-            try:
-                return original(*a, **k)
-            finally:
-                group_times.append(time.perf_counter() - t)
-
-        group.refresh = timed
-        group._bench_wrapped = True
-
-    original_refresh_now = state._refresh_now
-
-    def timed_refresh_now() -> None:
-        wrap_group()
-        before = len(group_times)
-        t = time.perf_counter()
-        original_refresh_now()
-        refreshes.append(
-            {
-                "seconds": time.perf_counter() - t,
-                "group_seconds": sum(group_times[before:]),
-                "version": int(state.group.version) if state.group is not None else 0,
-                "wall": time.time(),
-            }
-        )
-
-    state._refresh_now = timed_refresh_now
-    wrap_group()
-
+    # Extra routes on the app's Flask server, for this script only.
     @app.server.route("/_bench/state")
     def bench_state():
-        group = state.group
+        caches = data.cache_usage()
         return jsonify(
             {
                 "pid": os.getpid(),
                 "memory_kb": rss_kb(os.getpid()),
-                "app_cache_bytes": state.cache.bytes,
-                "app_cache_limit": state.cache.max_bytes,
-                "query_cache_bytes": group.cache_bytes_used if group is not None else 0,
-                "query_cache_limit": state.query_cache_bytes,
+                "app_cache_bytes": caches["derived_bytes"],
+                "app_cache_limit": caches["derived_limit"],
+                "query_cache_bytes": caches["query_bytes"],
+                "query_cache_limit": caches["query_limit"],
                 "arrow_bytes": pa.total_allocated_bytes(),
                 "arrow_pool": pa.default_memory_pool().backend_name,
                 "python_blocks": sys.getallocatedblocks(),
                 "timings": timings.summary(),
-                "refreshes": refreshes[-50:],
+                "refreshes": refreshes(),
             }
         )
 
@@ -306,13 +272,13 @@ def serve(path: str, cache_mb: float, refresh_seconds: float, prefetch: bool = T
     @app.server.route("/_bench/refresh", methods=["POST"])
     def bench_refresh():
         t = time.perf_counter()
-        status = state.refresh(force=True)
+        status = data.refresh(force=True)
         seconds = time.perf_counter() - t
-        last = refreshes[-1] if refreshes else {}
+        last = data.refreshes()[-1]
         return jsonify(
             {
                 "seconds": seconds,
-                "group_seconds": last.get("group_seconds"),
+                "group_seconds": last.group_seconds,
                 "version": status.version,
             }
         )
@@ -995,7 +961,7 @@ def section_selector_changes(
         inside = ", ".join(
             f"{k} {v['median_ms']:.0f}/{v['max_ms']:.0f}" for k, v in sorted(summary.items())
         )
-        say(f"  inside the callbacks (AppState.timings, median/max ms): {inside}")
+        say(f"  inside the callbacks (the app's timings, median/max ms): {inside}")
     p95 = percentile(totals, 95)
     res.add("2. selector change, server (median)", ms(median(totals)))
     res.add(
@@ -1247,7 +1213,7 @@ class LiveTrial:
         initial: int = 10,
     ):
         import torch
-        from comgra_like.scripts.make_synthetic_group import Chain
+        from make_synthetic_group import Chain
 
         from comgra_like.objects import DecisionMakerForRecordingsHardcoded
         from comgra_like.recorder import ComgraRecorder
@@ -1312,7 +1278,7 @@ class LiveTrial:
 
 
 def _record_step(rec: Any, net: Any, opt: Any, step: int, batch: int, width: int) -> None:
-    from comgra_like.scripts.make_synthetic_group import record_step
+    from make_synthetic_group import record_step
 
     record_step(rec, net, opt, step, 1, batch, width)
 
@@ -1340,7 +1306,7 @@ def section_refresh(
         live.publish(1)
         after = server.post("/_bench/refresh")
         say(
-            f"  AppState.refresh (group.refresh inside): nothing new {ms(median(idle))}; "
+            f"  AppData.refresh (group.refresh inside): nothing new {ms(median(idle))}; "
             f"{per_batch} new steps ({live.shards[1]} shards) {ms(after['seconds'])} "
             f"(group.refresh {ms(after['group_seconds'])})"
         )
@@ -1368,9 +1334,10 @@ def section_refresh(
             latency = w["wall"]["step"] - end
             latencies.append(latency)
             refreshes = server.get("/_bench/state")["refreshes"]
-            before = max((x["version"] for x in refreshes if x["wall"] < start), default=0)
+            before = max((x["version"] for x in refreshes if x["wall_time"] < start), default=0)
             found = next(
-                (x for x in refreshes if x["wall"] >= start and x["version"] > before), None
+                (x for x in refreshes if x["wall_time"] >= start and x["version"] > before),
+                None,
             )
             say(
                 f"  round {r + 1}: {per_batch} steps moved in within {ms(end - start)}; step "
@@ -1579,7 +1546,7 @@ def _print_hot(stats: pstats.Stats, top: int) -> None:
         if (
             func in skip
             or any(lib in name for lib in ("werkzeug", "flask/", "contextvars", "copy.py"))
-            or name.startswith("scripts/benchmark_gui.py")
+            or name.startswith("benchmarks/benchmark_gui.py")
         ):
             continue
         say(f"    {cumtime:10.3f} {tottime:8.3f} {ncalls:7d}  {name}")

@@ -1,6 +1,6 @@
 """Build a large synthetic group with the real recorder, for GUI and query benchmarks.
 
-    python scripts/make_synthetic_group.py OUT_DIR [--trials 2] [--steps 2000] [--nodes 60]
+    python benchmarks/make_synthetic_group.py OUT_DIR [--trials 2] [--steps 2000] [--nodes 60]
         [--long-every 100] [--long-iterations 20]
 
 Each trial trains a small recurrent network whose graph has about ``--nodes`` nodes
