@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
         return open_group
     if name == "compact_trial":
-        from .store.compaction import compact_trial
+        from .writer.compaction import compact_trial
 
         return compact_trial
     raise AttributeError(f"module 'comgra_like' has no attribute {name!r}")

@@ -5,7 +5,7 @@ comgra runs with only its imports changed. On steps that are not recorded every 
 returns after a flag check. On recorded steps the recorder copies the parameters (at
 ``start_batch``), the gradients (at ``record_current_gradients``) and the registered
 tensors (at ``finish_batch``) into shared memory and sends one message to the writer
-process (``store/worker.py``), which computes the statistics and writes parquet while
+process (``comgra_like/writer/``), which computes the statistics and writes parquet while
 training goes on.
 """
 
@@ -30,20 +30,19 @@ from .errors import (
     StorageError,
     TrainingStepError,
 )
-from .objects import DecisionMakerForRecordings
-from .record.capture import Capturer
-from .record.graph import GraphExtractor
-from .record.kpi import KpiBuffer
-from .record.step import Parameter, SignatureTable, Step, check_registration
-from .store.client import WriterClient
-from .store.compaction import compact_trial
-from .store.schema import (
+from .format.files import append_jsonl, write_json
+from .format.schema import (
     MAX_TRIAL_ID_LENGTH,
     SCHEMA_VERSION,
     TRIAL_ID_PATTERN,
     TYPE_OF_EXECUTION_PATTERN,
 )
-from .store.writer import append_jsonl, write_json
+from .objects import DecisionMakerForRecordings
+from .record.capture import Capturer
+from .record.graph import GraphExtractor
+from .record.kpi import KpiBuffer
+from .record.step import Parameter, SignatureTable, Step, check_registration
+from .transport.client import WriterClient
 from .vocabulary import (
     ANY_TYPE,
     DEFAULT_TYPE_OF_EXECUTION,
@@ -52,6 +51,7 @@ from .vocabulary import (
     UPDATE,
     gradient_type,
 )
+from .writer.compaction import compact_trial
 
 log = logging.getLogger("comgra_like")
 

@@ -25,22 +25,10 @@ LAYERS = [
     ("comgra_like.query", "query"),
     ("comgra_like.analysis", "analysis"),
     ("comgra_like.format", "format"),
-    ("comgra_like.store.schema", "format"),
-    ("comgra_like.store.files", "format"),
     ("comgra_like.writer", "writer"),
-    ("comgra_like.store.worker", "writer"),
-    ("comgra_like.store.writer", "writer"),
-    ("comgra_like.store.scheduling", "writer"),
-    ("comgra_like.store.compaction", "writer"),
-    ("comgra_like._stats", "writer"),
-    ("comgra_like._rows", "writer"),
     ("comgra_like.transport", "transport"),
-    ("comgra_like.store.client", "transport"),
-    ("comgra_like.store", "format"),
     ("comgra_like.record", "record"),
     ("comgra_like.recorder", "record"),
-    ("comgra_like._graph", "record"),
-    ("comgra_like._kpi", "record"),
     ("comgra_like.vocabulary", "shared"),
     ("comgra_like.errors", "shared"),
     ("comgra_like.objects", "shared"),
@@ -170,7 +158,7 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path, monkeypatch):
 @pytest.mark.parametrize("statement", [
     "from comgra_like.app import create_app",
     "import comgra_like.query",
-    "from comgra_like.store import worker",
+    "from comgra_like.writer import process, worker",
 ])
 def test_no_torch_on_the_way(statement):
     code = f"import sys\n{statement}\nassert 'torch' not in sys.modules, 'torch was imported'\n"

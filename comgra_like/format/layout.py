@@ -111,3 +111,32 @@ class TrialLayout:
     def table(self, kind: str) -> Path:
         """The folder of a table's shards (``kind`` in TABLES, or ``notes``)."""
         return self.root / kind
+
+
+def live_shards(names) -> list[str]:
+    """The shard names a reader should use, in sequence order: those no compacted file
+    supersedes (other names are left out).
+
+    A compaction writes ``compact-<a>-<b>`` before it deletes the sources, so a reader
+    that lists the folder in between sees both; the sources are then ignored.
+    """
+    ranges = {n: r for n in names if (r := shard_range(n)) is not None}
+    compacts = [r for n, r in ranges.items() if n.startswith("compact-")]
+    keep = []
+    for name, (a, b) in ranges.items():
+        covered = any(c <= a and b <= d and (c, d) != (a, b) for c, d in compacts)
+        if name.startswith("part-") and any(c <= a <= d for c, d in compacts):
+            covered = True
+        if not covered:
+            keep.append(name)
+    return sorted(keep, key=lambda n: ranges[n])
+
+
+def lock_name(trial_id: str) -> str:
+    """The lock file of a trial being recorded: next to its folder, hidden from readers."""
+    return f".{trial_id}.lock"
+
+
+def trial_lock(group: Path, trial_id: str) -> Path:
+    """``<group>/trials/.<trial_id>.lock`` (see docs/FORMAT.md, "One recorder per trial")."""
+    return trials_dir(group) / lock_name(trial_id)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from comgra_like.store.files import atomic_write_parquet
-from comgra_like.store.schema import part_name
+from comgra_like.format.files import LOCAL
+from comgra_like.format.layout import part_name
 
 FIRST_TRIAL = "trial_a"
 
@@ -32,7 +32,7 @@ def split_tensor_shards(trial_dir: Path) -> dict[int, Path]:
     shards = {}
     for seq, step in enumerate(sorted(set(table["training_step"].to_pylist()))):
         shards[step] = folder / part_name(seq)
-        atomic_write_parquet(shards[step], table.filter(pc.equal(table["training_step"], step)))
+        LOCAL.write_parquet(shards[step], table.filter(pc.equal(table["training_step"], step)))
     return shards
 
 

@@ -5,16 +5,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comgra_like._stats import (
-    STAT_NAMES,
+from comgra_like.objects import DecisionMakerForRecordingsHardcoded
+from comgra_like.query import open_group
+from comgra_like.recorder import ComgraRecorder
+from comgra_like.vocabulary import STATISTICS as STAT_NAMES
+from comgra_like.writer.stats import (
     batch_aggregates,
     block_statistics,
     group_by_size,
     top_singular_value,
 )
-from comgra_like.objects import DecisionMakerForRecordingsHardcoded
-from comgra_like.query import open_group
-from comgra_like.recorder import ComgraRecorder
 
 
 def numpy_stats(v: np.ndarray) -> dict:
@@ -178,7 +178,7 @@ def test_statistics_reduced_in_chunks_match_numpy(chunk, g, batch, n, seed):
     boundaries that cut through a block (and rows whose variance needs the centred pass
     in any chunk) give numpy's statistics. The chunk size is made small here so that
     these small blocks span many chunks."""
-    import comgra_like._stats as stats_module
+    import comgra_like.writer.stats as stats_module
 
     rng = np.random.default_rng(seed)
     block = rng.normal(size=(g, batch, n)).astype(np.float32)
@@ -203,7 +203,7 @@ def test_statistics_reduced_in_chunks_match_numpy(chunk, g, batch, n, seed):
 def test_row_extremes_are_numpys_max_and_min(rows, n, seed, special, strided):
     """The per-row maximum and minimum (reduceat over the flat rows where that is faster)
     are exactly numpy's, NaN and infinities included, for contiguous and strided rows."""
-    from comgra_like._stats import _row_extremes
+    from comgra_like.writer.stats import _row_extremes
 
     rng = np.random.default_rng(seed)
     full = rng.normal(size=(rows, 2 * n)).astype(np.float32)
@@ -219,7 +219,7 @@ def test_row_extremes_are_numpys_max_and_min(rows, n, seed, special, strided):
 def test_block_statistics_pauses_between_chunks_and_pausing_changes_nothing():
     """The writer gives way to training between chunks (``pause``): one call before each
     chunk but the first, and the same statistics as without pauses."""
-    import comgra_like._stats as stats_module
+    import comgra_like.writer.stats as stats_module
 
     rng = np.random.default_rng(5)
     block = rng.normal(size=(6, 1, 40)).astype(np.float32)

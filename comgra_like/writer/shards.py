@@ -1,8 +1,8 @@
-"""Shard buffering and writing, used by the writer process (``worker.py``)."""
+"""Shard buffering and writing: the tables of a trial, buffered by kind and written as
+``part-<seq>.parquet`` shards (used by the writer's ``Worker``)."""
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -11,11 +11,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .files import atomic_write_json, atomic_write_parquet, shard_range
-from .schema import SCHEMAS, SORT_KEYS, TABLES, part_name
+from ..format.files import LOCAL, Files
+from ..format.layout import TABLES, TrialLayout, part_name, shard_range
+from ..format.schema import SCHEMAS, SORT_KEYS, row_group_size
 
-TENSOR_ROW_GROUP = 16 * 1024
 RELEASE_SECONDS = 30.0  # how often unused Arrow memory goes back to the system
+# The order a flush writes its shards in: steps last, so that a reader that sees a step
+# row finds its tensors already on disk.
+WRITE_ORDER = ("tensors", "kpis", "steps")
 
 
 def sort_table(kind: str, table: pa.Table) -> pa.Table:
@@ -41,12 +44,12 @@ def unify(kind: str, tables: list[pa.Table]) -> pa.Table:
 class ShardBuffer:
     """Buffers the tables of one trial by kind and writes them as shards.
 
-    The writer process (``worker.py``) owns one and calls ``add`` for every recorded
-    batch and ``write`` when ``must_flush`` says so or when ``seconds_to_flush`` has
+    The writer's ``Worker`` owns one and calls ``add`` for every recorded
+    step and ``write`` when ``must_flush`` says so or when ``seconds_to_flush`` has
     passed; with ``background=True`` the shards are written by a thread (one write at a
-    time, in order) and ``wait`` waits for them. One shard per kind is written when enough rows are buffered or when the
-    oldest buffered row is older than ``flush_seconds`` (so that a GUI watching the
-    folder sees new data soon).
+    time, in order) and ``wait`` waits for them. One shard per kind is written when
+    enough rows are buffered or when the oldest buffered row is older than
+    ``flush_seconds`` (so that a GUI watching the folder sees new data soon).
     """
 
     def __init__(
@@ -57,8 +60,10 @@ class ShardBuffer:
         flush_bytes: int = 32 * 2**20,
         flush_seconds: float = 1.0,
         background: bool = False,
+        files: Files = LOCAL,
     ):
-        self.trial_dir = Path(trial_dir)
+        self.trial = TrialLayout(Path(trial_dir))
+        self.files = files
         self.flush_rows = flush_rows
         self.flush_bytes = flush_bytes
         self.flush_seconds = flush_seconds
@@ -80,12 +85,11 @@ class ShardBuffer:
                              daemon=True).start()
 
     def _first_free_seq(self, kind: str) -> int:
-        folder = self.trial_dir / kind
-        if not folder.is_dir():
-            return 0
+        # One scan at the start, then counted here: only one writer ever writes a trial
+        # folder (the trial's lock, docs/FORMAT.md), so no other process takes a number.
         last = -1
-        for p in folder.iterdir():
-            r = shard_range(p.name)
+        for name in self.files.list(self.trial.table(kind)):
+            r = shard_range(name)
             if r is not None:
                 last = max(last, r[1])
         return last + 1
@@ -137,8 +141,7 @@ class ShardBuffer:
 
     def _take(self) -> list[tuple[str, list[pa.Table], bool, int]] | None:
         job = []
-        # Steps last: a reader that sees a step row finds its tensors already on disk.
-        for kind in ("tensors", "kpis", "steps"):
+        for kind in WRITE_ORDER:
             tables = self._buffers[kind]
             if not tables:
                 continue
@@ -156,11 +159,9 @@ class ShardBuffer:
             table = unify(kind, tables)
             if unsorted:
                 table = sort_table(kind, table)
-            atomic_write_parquet(
-                self.trial_dir / kind / part_name(seq),
-                table.cast(SCHEMAS[kind]),
-                row_group_size=TENSOR_ROW_GROUP if kind == "tensors" else None,
-            )
+            self.files.write_parquet(self.trial.table(kind) / part_name(seq),
+                                     table.cast(SCHEMAS[kind]),
+                                     row_group_size=row_group_size(kind))
             self.shards_written += 1
         # Arrow's allocator keeps freed memory for reuse. Handing it back to the system
         # after every shard made the next shard fault it in again (~10 ms of the ~26 ms
@@ -185,15 +186,3 @@ class ShardBuffer:
     def _raise_background_error(self) -> None:
         if self._error is not None:
             raise self._error
-
-
-def append_jsonl(path: Path, obj: dict) -> None:
-    """Append one JSON line and flush it, so a killed process loses at most that line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, sort_keys=True) + "\n")
-        f.flush()
-
-
-def write_json(path: Path, obj) -> None:
-    atomic_write_json(path, obj)

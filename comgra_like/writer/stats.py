@@ -1,6 +1,6 @@
 """Statistics of many tensors at once, in numpy, with a handful of calls per tensor size.
 
-This runs in the writer process (see ``store/worker.py``), which has no torch: the
+This runs in the writer process (see ``writer/worker.py``), which has no torch: the
 training process copies the recorded tensors into shared memory and goes on training
 while this process reduces them. Captured tensors are flattened to ``[batch, values]``;
 tensors with the same number of values are stacked into one ``[batch, count, values]``
@@ -16,9 +16,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Column order of the statistics; must match schema.STATISTICS.
-STAT_NAMES = ("mean", "abs_mean", "std", "abs_max", "min", "max", "norm", "nan_count", "inf_count")
-NUM_STATS = len(STAT_NAMES)
+from ..vocabulary import STATISTIC_INDEX, STATISTICS
+
+# The last axis of every statistics array holds vocabulary.STATISTICS in their order.
+NUM_STATS = len(STATISTICS)
+_MEAN, _ABS_MEAN, _STD = STATISTIC_INDEX["mean"], STATISTIC_INDEX["abs_mean"], STATISTIC_INDEX["std"]
+_ABS_MAX, _MIN, _MAX = STATISTIC_INDEX["abs_max"], STATISTIC_INDEX["min"], STATISTIC_INDEX["max"]
+_NORM = STATISTIC_INDEX["norm"]
+_NAN_COUNT, _INF_COUNT = STATISTIC_INDEX["nan_count"], STATISTIC_INDEX["inf_count"]
+_COUNTS = [_NORM, _NAN_COUNT, _INF_COUNT]  # 0 for an empty tensor, the others NaN
+# Both counts with one index: a slice where they are neighbours (one numpy call).
+_BOTH_COUNTS = (slice(_NAN_COUNT, _INF_COUNT + 1) if _INF_COUNT == _NAN_COUNT + 1
+                else [_NAN_COUNT, _INF_COUNT])
 
 
 # Values per chunk: a chunk (256 KiB of float32) and its temporaries stay in a core's L2
@@ -82,7 +91,7 @@ def block_statistics(x: np.ndarray, pause=None) -> np.ndarray:
         # An empty tensor (a (B, 0) activation, a zero-size parameter) has no values to
         # average or compare: NaN; its norm is that of an empty sum (0), counts are 0.
         out[...] = np.nan
-        out[..., 6:] = 0.0
+        out[..., _COUNTS] = 0.0
         return out
     rows = x.reshape(r, n)  # a view for the writer's blocks (C-contiguous); else a copy
     total = np.empty(r, np.float32)
@@ -127,20 +136,20 @@ def block_statistics(x: np.ndarray, pause=None) -> np.ndarray:
     else:
         var = np.zeros_like(mean)
     flat = out.reshape(r, NUM_STATS)
-    flat[:, 0] = mean
-    flat[:, 1] = abs_sum / nf
-    flat[:, 2] = np.sqrt(var)
-    flat[:, 3] = np.maximum(mx, -mn)
-    flat[:, 4] = mn
-    flat[:, 5] = mx
-    flat[:, 6] = np.sqrt(sq)
+    flat[:, _MEAN] = mean
+    flat[:, _ABS_MEAN] = abs_sum / nf
+    flat[:, _STD] = np.sqrt(var)
+    flat[:, _ABS_MAX] = np.maximum(mx, -mn)
+    flat[:, _MIN] = mn
+    flat[:, _MAX] = mx
+    flat[:, _NORM] = np.sqrt(sq)
     if np.isfinite(total).all() and np.isfinite(sq).all():
         # Finite sums mean no NaN or Inf in the row (overflow of the sum of squares
         # aside, which only costs the exact count below): skip two full passes.
-        flat[:, 7:] = 0.0
+        flat[:, _BOTH_COUNTS] = 0.0
     else:
-        flat[:, 7] = np.isnan(rows).sum(axis=1)
-        flat[:, 8] = np.isinf(rows).sum(axis=1)
+        flat[:, _NAN_COUNT] = np.isnan(rows).sum(axis=1)
+        flat[:, _INF_COUNT] = np.isinf(rows).sum(axis=1)
     return out
 
 

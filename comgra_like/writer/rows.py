@@ -7,9 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .store.schema import STATISTICS, TENSORS_SCHEMA
-
-AGG_NAMES = ("batch_mean", "batch_abs_max", "batch_std")
+from ..format.schema import TENSORS_SCHEMA
+from ..vocabulary import BATCH_AGGREGATIONS, FORWARD, NO_BATCH, SAMPLE, STATISTICS, UPDATE
 
 
 @dataclass(frozen=True)
@@ -36,8 +35,6 @@ class CaptureMeta:
         return self.segment_kind == "flat"
 
     segment_kind: str = "batch"
-
-
 
 
 def _dict_column(per_capture: list[str], capture_of_row: np.ndarray) -> pa.Array:
@@ -123,7 +120,8 @@ def row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta
             block_rows = [0, 1, 2] + ([3 + j for j in range(k)] if m.per_sample else [])
             row_values += [b * n_batch_values + cols for b in block_rows]
 
-    agg_names = list(AGG_NAMES) + ["sample", "none"]
+    # codes 0-2: the batch aggregations, 3: a sample, 4: no batch dimension
+    agg_names = [*BATCH_AGGREGATIONS, SAMPLE, NO_BATCH]
     order = sorted(range(n), key=lambda r: (
         metas[capture_of_row[r]].iteration, metas[capture_of_row[r]].recording_type,
         metas[capture_of_row[r]].node, metas[capture_of_row[r]].role, agg_names[agg[r]],
@@ -158,9 +156,9 @@ def row_layout(batch_meta: tuple[CaptureMeta, ...], flat_meta: tuple[CaptureMeta
         row_order=row_order,
         value_gather=np.concatenate(gathered) if gathered else np.zeros(0, np.int64),
         static=static,
-        svd_capture=np.array([m.param_index if m.recording_type == "forward" else -1
+        svd_capture=np.array([m.param_index if m.recording_type == FORWARD else -1
                               for m in metas], np.int64),
-        ratio_capture=np.array([m.param_index if m.recording_type == "update" else -1
+        ratio_capture=np.array([m.param_index if m.recording_type == UPDATE else -1
                                 for m in metas], np.int64),
         capture_of_row=capture_sorted,
     )

@@ -1,20 +1,8 @@
-"""The storage contract: folder layout, file names and parquet schemas.
+"""The parquet schemas of a trial's tables and the names they may hold.
 
-A *group* folder holds one sub-folder per *trial*::
-
-    <group>/trials/<trial_id>/
-        trial.json                    schema_version, settings, status running|finished
-        modules.json                  module and parameter tree
-        notes.jsonl                   one JSON object per line
-        graphs/<sha256>.json          dependency-graph structures, content-addressed
-        steps/part-<seq>.parquet      one row per recorded step x iteration
-        tensors/part-<seq>.parquet    statistics and per-neuron values
-        kpis/part-<seq>.parquet       KPI points
-
-Shards are written under a name starting with ``.`` and renamed into place, and never
-modified afterwards. ``<seq>`` is an 8-digit number that grows strictly per writer.
-Compaction replaces ``part-<a>`` ... ``part-<b>`` by one ``compact-<a>-<b>.parquet``;
-readers skip any ``part`` whose number a ``compact`` file covers.
+The folder layout is :mod:`comgra_like.format.layout`'s; the words (statistics,
+aggregations, kinds) are :mod:`comgra_like.vocabulary`'s; docs/FORMAT.md is the contract
+in prose. The notes table's schema is in :mod:`comgra_like.format.notes`.
 """
 
 from __future__ import annotations
@@ -22,6 +10,8 @@ from __future__ import annotations
 import re
 
 import pyarrow as pa
+
+from ..vocabulary import STATISTICS
 
 SCHEMA_VERSION = 1
 """Bumped whenever a reader of an older version could misread new files."""
@@ -32,20 +22,6 @@ SCHEMA_VERSION = 1
 MAX_TRIAL_ID_LENGTH = 128
 TRIAL_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}\Z")
 TYPE_OF_EXECUTION_PATTERN = re.compile(r"^[A-Za-z0-9_-]+\Z")
-
-TABLES = ("steps", "tensors", "kpis")
-
-PART_RE = re.compile(r"^part-(\d{8})\.parquet$")
-COMPACT_RE = re.compile(r"^compact-(\d{8})-(\d{8})\.parquet$")
-
-KINDS = ("input", "calculated", "parameter", "target", "loss")
-AGGREGATIONS = ("batch_mean", "batch_abs_max", "batch_std", "sample", "none")
-BATCH_AGGREGATIONS = ("batch_mean", "batch_abs_max", "batch_std")
-
-# Order matters: the recorder fills the statistics in this order.
-STATISTICS = ("mean", "abs_mean", "std", "abs_max", "min", "max", "norm", "nan_count", "inf_count")
-EXTRA_STATISTICS = ("numel", "svd_top", "update_ratio")
-ALL_STATISTICS = STATISTICS + EXTRA_STATISTICS
 
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
@@ -97,6 +73,7 @@ KPIS_SCHEMA = pa.schema(
     ]
 )
 
+#: The schema of each table in ``layout.TABLES``.
 SCHEMAS = {"steps": STEPS_SCHEMA, "tensors": TENSORS_SCHEMA, "kpis": KPIS_SCHEMA}
 
 # Sort keys inside one shard (and inside a compacted file).
@@ -115,11 +92,10 @@ SORT_KEYS = {
 }
 
 MAX_ROWS_PER_ROW_GROUP = 128 * 1024
+# Tensor files use smaller row groups: reading one step touches one or two of them.
+TENSOR_ROW_GROUP = 16 * 1024
 
 
-def part_name(seq: int) -> str:
-    return f"part-{seq:08d}.parquet"
-
-
-def compact_name(first: int, last: int) -> str:
-    return f"compact-{first:08d}-{last:08d}.parquet"
+def row_group_size(table: str) -> int:
+    """Rows per row group of a table's files (shards and compacted files alike)."""
+    return TENSOR_ROW_GROUP if table == "tensors" else MAX_ROWS_PER_ROW_GROUP

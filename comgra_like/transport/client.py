@@ -6,12 +6,12 @@ they fit in 128 MiB (so training does not wait while the writer writes a shard);
 that a slow writer or disk slows training down instead of growing memory without limit;
 a writer that makes no progress at all for ``STALL_SECONDS`` while training waits for it
 ends the wait with a ``StorageError``.
-Everything else goes to the writer as one JSON line per message (``worker.py`` documents
-the protocol). No pickle anywhere.
+Everything else goes to the writer as one JSON line per message (``writer/process.py``
+documents the protocol). No pickle anywhere.
 
 Two transports run the same ``Worker``:
 
-* ``process`` (default on POSIX): a child ``python`` running ``worker.main``; slots are
+* ``process`` (default on POSIX): a child ``python`` running ``writer.process.main``; slots are
   files in ``/dev/shm`` (or the temp folder) mapped by both processes and unlinked by the
   writer as soon as it has mapped them, so a crash leaks nothing.
 * ``thread`` (Windows, or ``COMGRA_LIKE_WRITER=thread``): the worker in a thread of the
@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import mmap
 import os
 import queue
 import secrets
@@ -38,75 +37,15 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigurationError, StorageError
-from .files import mark_trial_aborted
+from ..format.trial import mark_trial_aborted
+from .shm import ALIGN, MIN_SEGMENT, Segment, Slot
 
 log = logging.getLogger("comgra_like")
 
-ALIGN = 16  # elements (64 bytes) between allocations
-MIN_SEGMENT = 1 << 18  # elements (1 MiB)
 # Training that waits for the writer gives up after this many seconds in which the writer
 # took in nothing and showed no sign of work (no CPU time, no bytes written): generous,
 # so that a slow disk, on which the writer still makes progress, never trips it.
 STALL_SECONDS = 300.0
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
-
-
-class Segment:
-    """One shared float32 buffer of a slot."""
-
-    def __init__(self, nelems: int, path: str | None):
-        self.nelems = nelems
-        self.path = path
-        if path is None:
-            self.mm = mmap.mmap(-1, nelems * 4)
-        else:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                if hasattr(os, "posix_fallocate"):
-                    # Reserve the pages now: a full tmpfs fails here, cleanly, instead of
-                    # with SIGBUS when the training process writes into the mapping.
-                    os.posix_fallocate(fd, 0, nelems * 4)
-                else:  # pragma: no cover - non-Linux
-                    os.ftruncate(fd, nelems * 4)
-                # Page tables filled now, in one system call: otherwise the training
-                # thread takes a page fault per 4 KiB the first time it copies into
-                # the segment (measured: recorded steps of 2-5 ms longer than usual
-                # until every segment had been written once).
-                self.mm = mmap.mmap(fd, nelems * 4, flags=mmap.MAP_SHARED | _POPULATE)
-            except BaseException:
-                os.close(fd)
-                os.unlink(path)
-                raise
-            os.close(fd)
-        self.view = None  # the recorder's tensor over this buffer, made on first use
-
-    def close(self, unlink: bool = False) -> None:
-        """Unmap; ``unlink`` only once the writer has mapped it (it unlinks it itself)."""
-        self.view = None
-        try:
-            self.mm.close()
-        except BufferError:  # a tensor over it is still alive; the GC unmaps it
-            pass
-        if unlink and self.path is not None:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
-
-
-class Slot:
-    """The shared memory of one recorded step in flight: segments, filled front to back."""
-
-    def __init__(self, index: int):
-        self.index = index
-        self.segments: list[Segment] = []
-        self.fill: list[int] = []
-        self.needed = 0  # elements the last use of this slot needed
-        self.plans: dict = {}  # the recorder's cached copy plans (views into the segments)
-
-    def reset(self) -> None:
-        self.fill = [0] * len(self.segments)
-        self.needed = 0
 
 
 class WriterClient:
@@ -169,7 +108,7 @@ class WriterClient:
     def _start_process(self, trial_id: str, calculate_svd: bool) -> None:
         package_parent = str(Path(__file__).resolve().parents[2])
         code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-                "from comgra_like.store.worker import main; sys.exit(main())")
+                "from comgra_like.writer.process import main; sys.exit(main())")
         env = dict(os.environ)
         # One thread: the writer must leave the other cores to training (BLAS thread
         # pools spin between calls and took a whole core from the training process).
@@ -204,7 +143,7 @@ class WriterClient:
                 raise StorageError("the writer process did not start within 120 s")
 
     def _start_thread(self, trial_id: str, calculate_svd: bool) -> None:
-        from .worker import Worker
+        from ..writer.worker import Worker
 
         self._proc = None
         self._to_worker: queue.Queue = queue.Queue()
@@ -329,7 +268,7 @@ class WriterClient:
             *lines, self._pending = self._pending.split(b"\n")
             msgs = []
             for line in lines:
-                if line[:1] == b"f":  # "f<slot>": a slot was freed (see worker.main)
+                if line[:1] == b"f":  # "f<slot>": a slot was freed (see writer/process.py)
                     self._free.append(int(line[1:]))
                 else:
                     msgs.append(json.loads(line))

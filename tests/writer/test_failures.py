@@ -13,7 +13,7 @@ import pytest
 from comgra_like.errors import StorageError
 from comgra_like.query import open_group
 
-from .test_store import new_recorder, record_steps
+from .helpers import new_recorder, record_steps
 
 
 def trial_json(root) -> dict:

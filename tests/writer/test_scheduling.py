@@ -7,8 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from comgra_like.store import scheduling
-from comgra_like.store.worker import CaptureSpec, _Input, compute_tensor_table
+from comgra_like.writer import scheduling
+from comgra_like.writer.process import _Input
+from comgra_like.writer.statistics import CaptureSpec, compute_tensor_table
 
 
 @pytest.fixture

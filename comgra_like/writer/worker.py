@@ -1,0 +1,291 @@
+"""The writer's message handling, the same for both transports (a process of its own, or a
+thread of the training process): one ``Worker`` per recorded trial.
+
+It reduces each recorded step (``statistics.py``), buffers the rows and writes them as
+shards (``shards.py``); after a failure it writes what it had received, marks the trial
+``aborted`` and reports the failure once. The messages are described in ``process.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..format.schema import KPIS_SCHEMA, STEPS_SCHEMA
+from ..format.trial import mark_trial_aborted
+from ..vocabulary import FORWARD, UPDATE
+from .shards import ShardBuffer
+from .statistics import _PLAN_CACHE, CaptureSpec, compute_tensor_table
+
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_NOT_A_FOLDER = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+
+
+def _meaning(e: BaseException) -> str:
+    """What an exception of the writer means for the user, and what to do."""
+    if isinstance(e, OSError) and e.errno is not None:
+        path = e.filename2 or e.filename  # of a rename: where it was to go
+        where = f" ({path})" if path else ""
+        if e.errno in _DISK_FULL:
+            return "the disk is full or over quota: free space, then record again"
+        if e.errno == errno.EROFS:
+            return f"the file system is read-only{where}: record to a writable folder"
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return f"no permission to write{where}: record to a folder this user can write to"
+        if e.errno in _NOT_A_FOLDER:
+            return (f"something else stands where the writer needs a folder or a file"
+                    f"{where}: the trial folder was changed while recording; remove what "
+                    "does not belong there")
+        if e.errno == errno.EIO:
+            return "the disk reported an input/output error: check the disk"
+        return f"the writer could not write to the disk{where}"
+    if isinstance(e, MemoryError):
+        return "the writer process ran out of memory: record fewer tensors or fewer samples"
+    return ("a bug in comgra_like's writer; please report it with the traceback the writer "
+            "printed to stderr")
+
+
+class Worker:
+    """Handles the messages of one trial's training process (used by both transports)."""
+
+    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool,
+                 background_writes: bool = True):
+        self.trial_id = trial_id
+        self.trial_dir = Path(trial_dir)
+        self.shards = ShardBuffer(Path(trial_dir), background=background_writes)
+        self.svd_vectors: dict[int, np.ndarray] | None = {} if calculate_svd else None
+        self.segments: dict[tuple[int, int], np.ndarray] = {}
+        self._maps: dict[tuple[int, int], mmap.mmap] = {}
+        self.layouts: dict[int, list[CaptureSpec]] = {}
+        self.layout_keys: dict[int, object] = {}
+        self.failed: str | None = None
+        self._reported = False  # the failure was sent to the training process
+        self._steps_received = 0
+        # Rows of the steps table, column by column, made into one table when shards are
+        # written: a table per recorded step cost ~0.4 ms of this process's CPU.
+        self._step_rows: dict[str, list] = {name: [] for name in STEPS_SCHEMA.names}
+
+    # ----- segments -----------------------------------------------------------------
+
+    def add_segment(self, slot: int, index: int, buffer, nelems: int) -> None:
+        self.segments[(slot, index)] = np.frombuffer(buffer, np.float32, count=nelems)
+        # A slot's segments are only ever appended, so (slot, refs) names the memory of a
+        # step plan; a slot that grew moves its steps to new refs, and the old plans
+        # (views and update buffers) would only hold memory.
+        _PLAN_CACHE.clear()
+
+    def map_segment(self, slot: int, index: int, path: str, nelems: int) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            mm = mmap.mmap(fd, nelems * 4, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+            try:
+                os.unlink(path)  # both processes hold the mapping; nothing can leak now
+            except OSError:
+                pass
+        self._maps[(slot, index)] = mm
+        self.add_segment(slot, index, mm, nelems)
+
+    # ----- messages -----------------------------------------------------------------
+
+    def handle(self, msg: dict, reply, pause=None) -> bool:
+        """Handle one message; ``reply(dict)`` answers. False: the worker should exit.
+
+        ``pause`` is called between units of a recorded step's work (see
+        ``scheduling.Courtesy``).
+        """
+        op = msg["op"]
+        if op == "close":
+            self._guard(self._write_and_wait)
+            reply({"op": "closed", "error": self.failed})
+            return False
+        if op == "flush":
+            self._guard(self._write_and_wait)
+            reply({"op": "flushed", "id": msg["id"], "error": self.failed})
+            return True
+        if op == "batch":
+            freed = []
+
+            def release():
+                if not freed:
+                    freed.append(True)
+                    reply({"op": "free", "slot": msg["slot"]})
+
+            self._guard(lambda: self._batch(msg, release, pause))
+            release()
+        elif op == "segment":
+            if "buffer" in msg:
+                self.add_segment(msg["slot"], msg["index"], msg["buffer"], msg["nelems"])
+            else:
+                self._guard(lambda: self.map_segment(msg["slot"], msg["index"], msg["path"],
+                                                     msg["nelems"]))
+        elif op == "kpis":
+            self._guard(lambda: self._kpis(msg["rows"]))
+        elif op == "config":
+            self.shards.flush_seconds = float(msg["flush_seconds"])
+        if self.failed is None and self.shards.must_flush():
+            self._guard(self._write)
+        self.report_failure(reply)
+        return True
+
+    def report_failure(self, reply) -> None:
+        """Send the failure, once, if there is one."""
+        if self.failed is not None and not self._reported:
+            self._reported = True
+            reply({"op": "error", "message": self.failed})
+
+    def _buffer_step_rows(self) -> None:
+        rows = self._step_rows
+        if rows["training_step"]:
+            self._step_rows = {name: [] for name in STEPS_SCHEMA.names}
+            self.shards.add({"steps": pa.table(rows).cast(STEPS_SCHEMA)})
+
+    def _write(self) -> None:
+        """Hand everything buffered to the shard writer, the steps rows as one table."""
+        self._buffer_step_rows()
+        self.shards.write()
+
+    def _write_and_wait(self) -> None:
+        self._write()
+        self.shards.wait()
+
+    def tick(self) -> None:
+        """Called when ``seconds_to_flush`` has passed without a message."""
+        if self.failed is None and self.shards.must_flush():
+            self._guard(self._write)
+
+    def seconds_to_flush(self) -> float | None:
+        return None if self.failed is not None else self.shards.seconds_to_flush()
+
+    def _guard(self, fn) -> None:
+        if self.failed is not None:
+            return
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - reported to the training process, which raises it
+            self.fail(e)
+
+    def fail(self, e: BaseException) -> None:
+        """After an error: write what was received before it, mark the trial aborted.
+
+        ``failed`` (sent to the training process, which raises it) names the exception,
+        what it means and what became of the steps received before.
+        """
+        if self.failed is not None:
+            return
+        traceback.print_exception(e, file=sys.stderr)
+        self.failed = f"{type(e).__name__}: {e} ({_meaning(e)})"
+        kept = self._salvage(e)
+        self.failed += "; " + kept
+        self.end_abnormally(f"the writer failed: {self.failed}")
+
+    def _salvage(self, failure: BaseException) -> str:
+        """Write everything buffered after ``failure``; says what became of it."""
+        rows = self._step_rows
+        # A step that failed half-way through its rows leaves columns of unequal length.
+        n = min(len(column) for column in rows.values())
+        for column in rows.values():
+            del column[n:]
+        try:
+            self._write_and_wait()
+        except Exception as e:  # noqa: BLE001 - the first error is the one reported
+            lost = ("the steps of the shard that failed to be written (and any received "
+                    "after it) are lost")
+            if e is not failure:
+                traceback.print_exc(file=sys.stderr)
+                lost = (f"the steps not written yet could not be written either "
+                        f"({type(e).__name__}: {e})")
+            return f"{lost}; the shards written before are intact"
+        return ("every other step received is written "
+                f"({self._steps_received} recorded steps received in all)")
+
+    def end_abnormally(self, reason: str) -> None:
+        """Write everything received (unless that failed already) and mark the trial
+        ``aborted`` in its trial.json."""
+        if self.failed is None:
+            self._guard(self._write_and_wait)
+        mark_trial_aborted(self.trial_dir, reason)
+
+    def _batch(self, msg: dict, release, pause=None) -> None:
+        self._steps_received += 1
+        if "layout" in msg:
+            self.layouts[msg["layout_id"]] = [CaptureSpec.from_list(x) for x in msg["layout"]]
+            self.layout_keys[msg["layout_id"]] = object()  # stands for this layout in caches
+        specs = self.layouts[msg["layout_id"]]
+        refs = msg["refs"]
+        slot = msg["slot"]
+        arrays = []
+        for i, s in enumerate(specs):
+            seg, off = refs[2 * i], refs[2 * i + 1]
+            arrays.append(self.segments[(slot, seg)][off:off + s.numel])
+        samples = msg["samples"]
+        tensors = compute_tensor_table(self.trial_id, msg["step"], msg["toe"], samples, specs,
+                                       arrays, self.svd_vectors, release,
+                                       layout_key=self.layout_keys[msg["layout_id"]],
+                                       pause=pause,
+                                       arrays_key=(slot, tuple(refs)))
+        del arrays
+        rows = self._step_rows
+        for iteration, graph_hash in msg["graphs"]:
+            rows["trial_id"].append(self.trial_id)
+            rows["training_step"].append(msg["step"])
+            rows["type_of_execution"].append(msg["toe"])
+            rows["iteration"].append(int(iteration))
+            rows["graph_hash"].append(graph_hash)
+            rows["batch_size"].append(msg["batch_size"])
+            rows["sample_indices"].append(samples)
+            rows["sample_categories"].append(msg["categories"])
+            rows["wall_time"].append(msg["wall"])
+        # Steps strictly increase (the recorder checks it) and each step's tensor rows
+        # come sorted: the tensor shard needs no sort.
+        self.shards.add({"tensors": tensors}, presorted=("tensors",))
+        if tensors is None:  # nothing else starts the clock of the next shard
+            self._buffer_step_rows()
+
+    def _kpis(self, rows: list) -> None:
+        if not rows:
+            return
+        g, n, t, tp, v, w = zip(*rows)
+        table = pa.table(
+            {"trial_id": [self.trial_id] * len(rows), "kpi_group": list(g), "kpi_name": list(n),
+             "type_of_execution": list(t), "timepoint": list(tp),
+             "value": [float("nan") if x is None else x for x in v], "wall_time": list(w)}
+        ).cast(KPIS_SCHEMA)
+        self.shards.add({"kpis": table})
+
+
+def warm_up() -> None:
+    """Run one tiny step through every stage in a throwaway folder.
+
+    The first use of pyarrow's conversions imports more modules (pandas among them) and
+    took ~0.15 s; done here, before the writer reports ready, no recorded step of the
+    training loop waits for it.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="comgra_like-warm-up-") as tmp:
+        worker = Worker(Path(tmp), "warm-up", calculate_svd=True, background_writes=False)
+        buffer = bytearray(4 * 64)
+        worker.add_segment(0, 0, buffer, 64)
+        layout = [["x", "x", "x", "input", 0, FORWARD, [2, 3], 0, True, True, -1],
+                  ["w", "w", "w", "parameter", -1, FORWARD, [2, 2], None, False, False, 0],
+                  ["w", "w", "w", "parameter", -1, UPDATE, [2, 2], None, False, False, 0]]
+        replies = []
+        for msg in (
+            {"op": "batch", "slot": 0, "layout_id": 0, "layout": layout, "refs": [0, 0, 0, 16, 0, 32],
+             "step": 0, "toe": "warm_up", "samples": [0], "categories": [""], "batch_size": 2,
+             "wall": 0.0, "graphs": [[0, "0" * 64]]},
+            {"op": "kpis", "rows": [["g", "k", "warm_up", 0, 1.0, 0.0]]},
+            {"op": "flush", "id": 1},
+        ):
+            worker.handle(msg, replies.append)
+        if worker.failed is not None:
+            raise RuntimeError(f"the writer's self-test failed: {worker.failed}")
