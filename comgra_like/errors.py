@@ -40,13 +40,5 @@ class StorageError(ComgraError, OSError):
     """A recording could not be written or read."""
 
 
-class SchemaVersionError(StorageError):
-    """A recording was written with a storage format this version cannot read."""
-
-
 class NotFoundError(ComgraError, LookupError):
     """The query API was asked for a trial, step or tensor that is not recorded."""
-
-
-class PluginError(ComgraError, RuntimeError):
-    """A visualization plugin file could not be loaded."""
