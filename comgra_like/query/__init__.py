@@ -1,0 +1,54 @@
+"""The query API: the only way anything reads recordings (docs/QUERY_API.md).
+
+``open_group(path)`` returns a :class:`Group`. Inside, one module per job:
+
+- ``types``     the values handed out (TrialInfo, Graph, TensorRecord, ...)
+- ``index``     the directory watcher: what each trial folder holds, extended with new
+                names only on each refresh
+- ``provider``  :class:`Group`: ``list_*`` metadata, ``read_*`` values, from what the
+                last refresh indexed
+- ``tensors``   reads of the tensors table (one step, one series)
+- ``graphs``    graph files into :class:`Graph` values
+- ``cache``     :class:`ByteLRU`, the byte-bounded cache (the GUI can share it)
+
+Needs numpy, pandas and pyarrow; never torch or dash.
+"""
+
+from __future__ import annotations
+
+from .cache import ByteLRU, estimate_bytes
+from .provider import DEFAULT_CACHE_BYTES, Group, open_group
+from .tensors import KEY_COLUMNS
+from .types import (
+    Graph,
+    GraphEdge,
+    GraphNode,
+    ModuleInfo,
+    Note,
+    ParameterInfo,
+    RefreshReport,
+    SkippedFile,
+    TensorRecord,
+    TrialChange,
+    TrialInfo,
+)
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "KEY_COLUMNS",
+    "ByteLRU",
+    "Graph",
+    "GraphEdge",
+    "GraphNode",
+    "Group",
+    "ModuleInfo",
+    "Note",
+    "ParameterInfo",
+    "RefreshReport",
+    "SkippedFile",
+    "TensorRecord",
+    "TrialChange",
+    "TrialInfo",
+    "estimate_bytes",
+    "open_group",
+]

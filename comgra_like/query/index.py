@@ -1,0 +1,706 @@
+"""The incremental index of a group folder: the directory watcher.
+
+Contract (docs/FORMAT.md, "Writing rules"), which is what makes reading while a
+recorder writes both safe and cheap:
+
+- A file is written under a hidden name (``.…``) and renamed into place; hidden names
+  are never looked at.
+- A shard (``<table>/part-<seq>.parquet``) is never modified once it has its name, and
+  ``<seq>`` grows strictly within a folder. So new data is *names not seen before*: an
+  update lists each folder and reads only those names. Nothing already read is read
+  again, except a file reported as damaged whose signature (modification time, size)
+  changed since.
+- Compaction writes ``compact-<a>-<b>.parquet`` before it deletes the parts ``a..b``;
+  parts a compact file covers are ignored from the moment it appears. A compact file
+  whose parts were all read adds nothing; one that also holds parts never read (the
+  writer compacted before this reader saw them) makes its table read again from the
+  files that are live now, so no row is counted twice.
+- ``trial.json`` and ``modules.json`` are replaced whole (atomic rename) and read again
+  when their signature changes; the legacy ``notes.jsonl`` is appended to and read from
+  the end of the last complete line read.
+- Every problem is a :class:`SkippedFile`, reported once, and the rest reads on.
+
+The index holds metadata only: trial info, steps, KPIs, notes, graph structures,
+modules, and which tensors shard holds which steps. The provider reads values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import NotFoundError
+from ..format.layout import (
+    LEGACY_NOTES_JSONL,
+    MODULES_JSON,
+    TRIAL_JSON,
+    TrialLayout,
+    graph_name,
+    is_hidden,
+    live_shards,
+    shard_range,
+    trials_dir,
+)
+from ..format.schema import SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
+from .graphs import GraphStructureError, parse_graph
+from .types import (
+    ModuleInfo,
+    Note,
+    ParameterInfo,
+    RefreshReport,
+    SkippedFile,
+    TrialChange,
+    TrialInfo,
+)
+
+log = logging.getLogger("comgra_like")
+
+STEP_KEY = ["training_step", "iteration"]
+KPI_KEY = ["kpi_group", "kpi_name", "type_of_execution", "timepoint"]
+#: Step numbers of a file whose row groups have no statistics: consulted for every step.
+UNKNOWN_RANGE = (-(2**62), 2**62)
+
+
+Signature = tuple[int, int]
+
+
+def signature(path: Path) -> Signature | None:
+    """(modification time, size) of a file, None if it cannot be looked at: a file that
+    changes (a rewrite, a copy tool, a repair) gets a new signature."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def reason_of(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())  # pyarrow's messages span lines
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """A frame with plain ``str`` columns where the table has dictionary columns."""
+    cols = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(pa.string())
+        cols[name] = col
+    return pa.table(cols).to_pandas()
+
+
+def empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({
+        "training_step": pd.Series(dtype="int64"), "type_of_execution": pd.Series(dtype="object"),
+        "iteration": pd.Series(dtype="int32"), "graph_hash": pd.Series(dtype="object"),
+        "batch_size": pd.Series(dtype="int32"), "sample_indices": pd.Series(dtype="object"),
+        "sample_categories": pd.Series(dtype="object"), "wall_time": pd.Series(dtype="float64"),
+    })
+
+
+def empty_kpis() -> pd.DataFrame:
+    return pd.DataFrame({
+        "kpi_group": pd.Series(dtype="object"), "kpi_name": pd.Series(dtype="object"),
+        "type_of_execution": pd.Series(dtype="object"), "timepoint": pd.Series(dtype="int64"),
+        "value": pd.Series(dtype="float64"), "wall_time": pd.Series(dtype="float64"),
+    })
+
+
+@dataclass(frozen=True)
+class TensorFile:
+    """A tensors shard and the training steps it holds (from its footer alone)."""
+
+    path: Path
+    min_step: int
+    max_step: int
+    # The steps served from it: all of them, unless it stands in for files a compaction
+    # merged since the last update (then only theirs: the rest was never indexed).
+    first_served: int = UNKNOWN_RANGE[0]
+    last_served: int = UNKNOWN_RANGE[1]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def served(self) -> tuple[int, int]:
+        return max(self.min_step, self.first_served), min(self.max_step, self.last_served)
+
+    def serves(self, step: int) -> bool:
+        lo, hi = self.served
+        return lo <= step <= hi
+
+
+def step_range(meta: pq.FileMetaData) -> tuple[int, int]:
+    """The training steps of a parquet file, from its row groups' statistics."""
+    idx = meta.schema.to_arrow_schema().get_field_index("training_step")
+    lo, hi = None, None
+    for i in range(meta.num_row_groups):
+        st = meta.row_group(i).column(idx).statistics
+        if st is None or not st.has_min_max:
+            return UNKNOWN_RANGE
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+    if lo is None:
+        return 1, 0  # empty file
+    return int(lo), int(hi)
+
+
+class TrialIndex:
+    """What the last update read of one trial folder.
+
+    Readers use the attributes without a lock: an update replaces each of them whole
+    (``steps``, ``kpis``, ``notes``, ``tensor_files`` ...), never changes one in place.
+    """
+
+    def __init__(self, root: Path):
+        self.layout = TrialLayout(root)
+        self.info: TrialInfo | None = None
+        self.steps: pd.DataFrame = empty_steps()
+        self.kpis: pd.DataFrame = empty_kpis()
+        self.notes: tuple[Note, ...] = ()
+        self.graphs: dict[str, dict] = {}  # digest -> the file's JSON
+        self.tensor_files: dict[str, TensorFile] = {}  # name -> file, in sequence order
+        self.modules: list[ModuleInfo] | None = None
+        self.modules_problem: str | None = None  # why modules.json cannot be used
+        # Damaged files, "<kind>/<name>" -> (signature when found damaged, reason): looked
+        # at again only when their size or modification time changes.
+        self.damaged: dict[str, tuple[Signature | None, str]] = {}
+        self.damaged_tensor_files: dict[str, TensorFile] = {}  # their step ranges
+        # names read (or found damaged) per folder, with their sequence ranges
+        self._seen: dict[str, dict[str, tuple[int, int]]] = {}
+        self._seen_graphs: set[str] = set()
+        self._info_signature: Signature | None = None
+        self._modules_signature: Signature | None = None
+        self._legacy_notes: list[Note] = []
+        self._legacy_offset = 0
+
+    @property
+    def trial_id(self) -> str:
+        return self.layout.trial_id
+
+    @property
+    def path(self) -> Path:
+        return self.layout.root
+
+    def steps_holding(self, step: int) -> list[TensorFile]:
+        return [f for f in self.tensor_files.values() if f.serves(step)]
+
+    def damage_of(self, kind: str, name: str) -> str | None:
+        entry = self.damaged.get(f"{kind}/{name}")
+        return None if entry is None else entry[1]
+
+
+@dataclass
+class Update:
+    """What one :meth:`GroupIndex.update` changed, for the provider's cache."""
+
+    report: RefreshReport
+    forgotten_trials: list[str] = field(default_factory=list)  # deleted folders
+    gone_files: list[tuple[str, str]] = field(default_factory=list)  # (trial, tensors file)
+    repaired: list[tuple[str, int, int]] = field(default_factory=list)  # (trial, steps lo, hi)
+
+
+class GroupIndex:
+    """The index of every trial of a group folder; :meth:`update` reads what is new."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.version = 0  # grows whenever an update (or a read) found something new
+        self._trials: dict[str, TrialIndex] = {}
+        self._skipped: dict[str, SkippedFile] = {}  # path -> why, each problem once
+        # trial folders whose trial.json could not be used -> its signature then
+        self._rejected: dict[str, Signature | None] = {}
+        self.lock = threading.RLock()
+
+    # ----- what is indexed ---------------------------------------------------------------
+
+    def trial(self, trial_id: str) -> TrialIndex:
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            known = ", ".join(sorted(self._trials)) or "none"
+            raise NotFoundError(
+                f"no trial {trial_id!r} in {self.path} (trials: {known}); a trial written "
+                "since the last refresh() shows after the next one")
+        return trial
+
+    def trials(self) -> list[TrialIndex]:
+        return [t for _, t in sorted(self._trials.items()) if t.info is not None]
+
+    @property
+    def skipped(self) -> list[SkippedFile]:
+        with self.lock:
+            return list(self._skipped.values())
+
+    # ----- problems ----------------------------------------------------------------------
+
+    def _skip(self, path: Path, reason: str, report: list[SkippedFile] | None) -> bool:
+        """Note a problem; True (and in ``report``) only the first time, or when the
+        reason changed."""
+        entry = SkippedFile(str(path), reason)
+        with self.lock:
+            if self._skipped.get(entry.path) == entry:
+                return False
+            self._skipped[entry.path] = entry
+        if report is not None:
+            report.append(entry)
+        return True
+
+    def _unskip(self, path: Path) -> bool:
+        with self.lock:
+            return self._skipped.pop(str(path), None) is not None
+
+    def _forget_skipped(self, folder: Path) -> None:
+        prefix = str(folder) + os.sep
+        with self.lock:
+            for path in [p for p in self._skipped if p.startswith(prefix)]:
+                del self._skipped[path]
+
+    def _damaged(self, trial: TrialIndex, key: str, reason: str,
+                 report: list[SkippedFile] | None) -> bool:
+        """A file of ``trial`` (``key`` = "<kind>/<name>") is damaged: note it there and in
+        :attr:`skipped`."""
+        path = trial.path / key
+        trial.damaged[key] = (signature(path), reason)
+        return self._skip(path, reason, report)
+
+    def _recheck_damaged(self, trial: TrialIndex, kind: str, live: list[str] | None) -> list[str]:
+        """Names of ``kind`` noted as damaged that changed since (or are gone): forget
+        them, so that the caller reads them again (their report stays until they read)."""
+        again = []
+        for key in [k for k in trial.damaged if k.startswith(kind + "/")]:
+            name = key[len(kind) + 1:]
+            if live is not None and name not in live:
+                del trial.damaged[key]  # deleted, or replaced by a compaction
+                trial.damaged_tensor_files.pop(name, None)
+                self._unskip(trial.path / key)
+                continue
+            if signature(trial.path / key) != trial.damaged[key][0]:
+                del trial.damaged[key]
+                trial.damaged_tensor_files.pop(name, None)
+                again.append(name)
+        return again
+
+    def read_failed(self, trial: TrialIndex, f: TensorFile, exc: BaseException) -> None:
+        """A tensors shard failed to read (damaged after it was indexed, e.g. rewritten in
+        place): leave it out from now on and report it, once (the version grows, so that
+        a GUI polling it shows the report)."""
+        with self.lock:
+            if trial.tensor_files.get(f.name) is f:
+                files = dict(trial.tensor_files)
+                del files[f.name]
+                trial.tensor_files = files
+            trial.damaged_tensor_files[f.name] = f
+            if self._damaged(trial, f"tensors/{f.name}", f"unreadable shard ({reason_of(exc)})",
+                             None):
+                self.version += 1
+                log.warning("skipping damaged file %s: %s", f.path, reason_of(exc))
+
+    def replacement(self, trial: TrialIndex, gone: TensorFile) -> TensorFile | None:
+        """The file that holds ``gone``'s rows now that a compaction deleted it, or None.
+
+        Not an update: it serves the same steps as the files it stands in for (the
+        compact file may hold later steps too; the next update indexes them).
+        """
+        with self.lock:
+            current = trial.tensor_files.get(gone.name)
+            if current is not None and current is not gone:
+                return current  # an update indexed it again
+            if current is None:  # another read found its replacement already
+                rng = shard_range(gone.name)
+                return next((f for f in trial.tensor_files.values()
+                             if _covers(shard_range(f.name), rng)), None)
+            folder = trial.layout.table("tensors")
+            try:
+                names = [e.name for e in os.scandir(folder) if not is_hidden(e.name)]
+            except OSError:
+                return None
+            live = live_shards(names)
+            files = {n: f for n, f in trial.tensor_files.items() if n in live}
+            gone_files = [f for n, f in trial.tensor_files.items() if n not in live]
+            found = None
+            for name in live:
+                a, b = shard_range(name)
+                covered = [f for f in gone_files if _covers((a, b), shard_range(f.name))]
+                if not covered:
+                    continue
+                try:
+                    lo, hi = step_range(pq.read_metadata(folder / name))
+                except Exception:  # noqa: BLE001, S112 - the next update reports it
+                    continue
+                first = min(f.served[0] for f in covered)
+                last = max(f.served[1] for f in covered)
+                old = files.get(name)
+                if old is not None:  # an update indexed it: it serves what it served
+                    first, last = min(first, old.served[0]), max(last, old.served[1])
+                files[name] = TensorFile(folder / name, lo, hi, first, last)
+                if gone in covered:
+                    found = files[name]
+            trial.tensor_files = dict(sorted(files.items(), key=lambda kv: shard_range(kv[0])))
+            return found
+
+    # ----- the update --------------------------------------------------------------------
+
+    def update(self) -> Update:
+        """Read what appeared since the last update; cheap when nothing did."""
+        with self.lock:
+            new_trials: list[str] = []
+            changed: dict[str, TrialChange] = {}
+            skipped: list[SkippedFile] = []
+            update = Update(RefreshReport(0, [], {}, []))
+            folder = trials_dir(self.path)
+            names = []
+            if folder.is_dir():
+                try:
+                    names = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+                except OSError:
+                    names = []
+            for name in names:
+                if is_hidden(name) or not TRIAL_ID_PATTERN.match(name):
+                    continue
+                trial = self._trials.get(name)
+                if trial is None:
+                    # A trial.json that could not be used is looked at again only when
+                    # it changes (it was reported once already).
+                    info_path = folder / name / TRIAL_JSON
+                    if name in self._rejected and self._rejected[name] == signature(info_path):
+                        continue
+                    trial = TrialIndex(folder / name)
+                    if not self._update_info(trial, skipped):
+                        self._rejected[name] = trial._info_signature
+                        continue
+                    self._rejected.pop(name, None)
+                    self._trials[name] = trial
+                    new_trials.append(name)
+                change = self._update_trial(trial, skipped, update)
+                if change is not None and name not in new_trials:
+                    changed[name] = change
+            for name in list(self._trials) + list(self._rejected):
+                if name not in names:  # deleted (e.g. replaced by a new run)
+                    self._rejected.pop(name, None)
+                    self._forget_skipped(folder / name)
+                    if self._trials.pop(name, None) is not None:
+                        update.forgotten_trials.append(name)
+                        changed[name] = TrialChange(status_changed=True)
+            if new_trials or changed or skipped:
+                self.version += 1
+            update.report = RefreshReport(self.version, new_trials, changed, skipped)
+            return update
+
+    def _update_info(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
+        """Read trial.json if it changed; whether the trial can be shown."""
+        path = trial.layout.trial_json
+        sig = signature(path)
+        if sig is None or sig == trial._info_signature:
+            return trial.info is not None  # not written yet, or read already
+        trial._info_signature = sig
+        try:
+            data = json.loads(path.read_text("utf-8"))
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
+            version = int(data["schema_version"])
+            info = TrialInfo(
+                trial_id=str(data.get("trial_id", trial.trial_id)),
+                status=str(data.get("status", "")),
+                created=float(data.get("created") or 0.0), schema_version=version,
+                settings=dict(data.get("settings") or {}),
+                versions=dict(data.get("versions") or {}),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            reason = f"unreadable {TRIAL_JSON} ({reason_of(e)})"
+            if isinstance(e, KeyError):
+                reason = f"unreadable {TRIAL_JSON} (no {e} field)"
+            self._skip(path, reason, skipped)
+            return trial.info is not None  # a trial already shown keeps what it had
+        if version > SCHEMA_VERSION:
+            self._skip(path, f"written with storage format {version}, this version reads up to "
+                             f"{SCHEMA_VERSION}: upgrade comgra_like", skipped)
+            return False
+        self._unskip(path)
+        trial.info = info
+        return True
+
+    def _update_trial(self, trial: TrialIndex, skipped: list[SkippedFile],
+                      update: Update) -> TrialChange | None:
+        old_status = trial.info.status if trial.info else None
+        self._update_info(trial, skipped)
+        status_changed = trial.info is not None and trial.info.status != old_status
+        # Steps first: the writer renames a step's tensors (and graphs) before its steps
+        # shard, so every step this update lists has them indexed below.
+        new_steps = self._update_steps(trial, skipped)
+        kpis_changed = self._update_kpis(trial, skipped)
+        repaired = self._update_tensor_files(trial, skipped, update)
+        new_graphs = self._update_graphs(trial, skipped)
+        notes_changed = self._update_notes(trial, skipped)
+        modules_changed = self._update_modules(trial, skipped)
+        if (new_steps or new_graphs or kpis_changed or notes_changed or status_changed
+                or repaired or modules_changed):
+            return TrialChange(new_steps, new_graphs, kpis_changed, notes_changed,
+                               status_changed, repaired, modules_changed)
+        return None
+
+    # ----- shard tables (steps, kpis) ---------------------------------------------------
+
+    def _live(self, folder: Path) -> list[str] | None:
+        try:
+            names = [e.name for e in os.scandir(folder) if not is_hidden(e.name)]
+        except OSError:
+            return None
+        return live_shards(names)
+
+    def _new_frames(self, trial: TrialIndex, kind: str, schema: pa.Schema,
+                    skipped: list[SkippedFile]) -> tuple[list[tuple[str, pd.DataFrame]], bool]:
+        """The rows of a table's files not read before, by file in sequence order, and
+        whether they are the whole table (a compaction merged rows read before with
+        rows never read: everything live is read again)."""
+        folder = trial.layout.table(kind)
+        live = self._live(folder)
+        again = self._recheck_damaged(trial, kind, live)
+        if live is None:
+            return [], False
+        seen = trial._seen.setdefault(kind, {})
+        for name in again:
+            seen.pop(name, None)
+        new = [n for n in live if n not in seen]
+        if not new:
+            return [], False
+        whole = any(_overlaps_partly(shard_range(n), seen.values()) for n in new)
+        if whole:
+            seen.clear()
+            new = live
+        frames = []
+        for name in new:
+            rng = shard_range(name)
+            covered = _covered_by(rng, seen.values())
+            seen[name] = rng
+            if covered:
+                continue  # a compaction of rows read already
+            path = folder / name
+            try:
+                table = pq.read_table(path, schema=schema)
+            except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                self._damaged(trial, f"{kind}/{name}", f"unreadable shard ({reason_of(e)})",
+                              skipped)
+                continue
+            self._unskip(path)
+            frames.append((name, to_pandas(table).drop(columns=["trial_id"])))
+        return frames, whole
+
+    def _update_steps(self, trial: TrialIndex, skipped: list[SkippedFile]) -> list[int]:
+        """New rows of the steps table; the training steps that got new rows."""
+        frames, whole = self._new_frames(trial, "steps", SCHEMAS["steps"], skipped)
+        if not frames:
+            if whole:
+                trial.steps = empty_steps()
+            return []
+        before = empty_steps() if whole else trial.steps
+        parts = [before] + [f for _, f in frames]
+        source = np.repeat(np.arange(-1, len(frames)), [len(p) for p in parts])
+        combined = pd.concat(parts, ignore_index=True)
+        repeated = combined.duplicated(STEP_KEY, keep="first").to_numpy()
+        if repeated.any():
+            combined = combined[~repeated]
+            source = source[~repeated]
+        if whole:
+            old = trial.steps
+            known = pd.MultiIndex.from_frame(old[STEP_KEY]) if len(old) else None
+            fresh = combined if known is None else combined[
+                ~pd.MultiIndex.from_frame(combined[STEP_KEY]).isin(known)]
+        else:
+            fresh = combined[source >= 0]
+        trial.steps = combined.sort_values(STEP_KEY, kind="stable").reset_index(drop=True)
+        return sorted({int(s) for s in fresh["training_step"]})
+
+    def _update_kpis(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
+        frames, whole = self._new_frames(trial, "kpis", SCHEMAS["kpis"], skipped)
+        if not frames:
+            if whole and len(trial.kpis):
+                trial.kpis = empty_kpis()
+                return True
+            return False
+        before = empty_kpis() if whole else trial.kpis
+        trial.kpis = (pd.concat([before] + [f for _, f in frames], ignore_index=True)
+                      .drop_duplicates(subset=KPI_KEY)
+                      .sort_values("timepoint", kind="stable").reset_index(drop=True))
+        return True
+
+    def _update_notes(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
+        if not self._update_legacy_notes(trial):
+            return False
+        trial.notes = tuple(trial._legacy_notes)
+        return True
+
+    def _update_legacy_notes(self, trial: TrialIndex) -> bool:
+        """Lines appended to notes.jsonl since the last update (complete lines only)."""
+        path = trial.path / LEGACY_NOTES_JSONL
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        if size <= trial._legacy_offset:
+            return False
+        with open(path, "rb") as f:
+            f.seek(trial._legacy_offset)
+            data = f.read(size - trial._legacy_offset)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return False  # a line still being written
+        trial._legacy_offset += end + 1
+        notes = trial._legacy_notes
+        for line in data[: end + 1].splitlines():
+            try:
+                obj = json.loads(line)
+                step = obj.get("training_step")
+                notes.append(Note(len(notes), str(obj.get("text", "")),
+                                  float(obj.get("wall_time") or 0.0),
+                                  None if step is None else int(step)))
+            except (ValueError, TypeError, AttributeError):  # not a note object: show the line
+                notes.append(Note(len(notes), line.decode("utf-8", "replace"), 0.0))
+        return True
+
+    # ----- tensors (footers only), graphs, modules ---------------------------------------
+
+    def _update_tensor_files(self, trial: TrialIndex, skipped: list[SkippedFile],
+                             update: Update) -> int:
+        """Index new tensors shards by their step range; how many damaged ones were
+        repaired since."""
+        folder = trial.layout.table("tensors")
+        live = self._live(folder)
+        again = self._recheck_damaged(trial, "tensors", live)
+        if live is None:
+            return 0
+        seen = trial._seen.setdefault("tensors", {})
+        for name in again:
+            seen.pop(name, None)
+        files = trial.tensor_files
+        gone = [n for n in files if n not in live]  # a compaction replaced them
+        new = [n for n in live if n not in seen]
+        if not (gone or new):
+            return 0
+        files = {n: f for n, f in files.items() if n in live}
+        update.gone_files.extend((trial.trial_id, n) for n in gone)
+        repaired = 0
+        for name in new:
+            path = folder / name
+            seen[name] = shard_range(name)
+            try:
+                lo, hi = step_range(pq.read_metadata(path))
+            except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                self._damaged(trial, f"tensors/{name}", f"unreadable shard ({reason_of(e)})",
+                              skipped)
+                files.pop(name, None)
+                continue
+            files[name] = TensorFile(path, lo, hi)
+            if self._unskip(path):  # repaired: steps read without it read again
+                repaired += 1
+                update.repaired.append((trial.trial_id, lo, hi))
+        trial.tensor_files = dict(sorted(files.items(), key=lambda kv: shard_range(kv[0])))
+        return repaired
+
+    def _update_graphs(self, trial: TrialIndex, skipped: list[SkippedFile]) -> int:
+        folder = trial.layout.graphs
+        try:
+            names = [e.name for e in os.scandir(folder)
+                     if e.name.endswith(".json") and not is_hidden(e.name)]
+        except OSError:
+            return 0
+        for name in self._recheck_damaged(trial, "graphs", names):
+            trial._seen_graphs.discard(name)
+        new = {}
+        for name in names:
+            if name in trial._seen_graphs:
+                continue
+            trial._seen_graphs.add(name)
+            path = folder / name
+            digest = name[: -len(".json")]
+            try:
+                structure = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError) as e:
+                self._damaged(trial, f"graphs/{name}", f"unreadable graph ({reason_of(e)})",
+                              skipped)
+                continue
+            try:
+                parse_graph(digest, 0, structure)
+            except GraphStructureError as e:
+                self._damaged(trial, f"graphs/{name}", f"graph of the wrong structure ({e})",
+                              skipped)
+                continue
+            self._unskip(path)
+            new[digest] = structure
+        if new:
+            trial.graphs = {**trial.graphs, **new}
+        return len(new)
+
+    def _update_modules(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
+        """Read modules.json if it changed; whether the module tree did."""
+        path = trial.layout.modules_json
+        sig = signature(path)
+        if sig == trial._modules_signature:
+            return False
+        trial._modules_signature = sig
+        if sig is None:  # not written yet, or deleted
+            changed = trial.modules is not None
+            trial.modules, trial.modules_problem = None, None
+            return changed
+        try:
+            data = json.loads(path.read_text("utf-8"))
+            modules = [
+                ModuleInfo(
+                    name=str(m["name"]), parent=m.get("parent"),
+                    parameters=[ParameterInfo(str(p["name"]), str(p["full_name"]),
+                                              tuple(int(d) for d in p["shape"]),
+                                              int(p["numel"]))
+                                for p in m.get("parameters", [])],
+                    num_parameters_total=int(m.get("num_parameters_total", 0)),
+                )
+                for m in data.get("modules", [])
+            ]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            reason = f"unreadable {MODULES_JSON} ({reason_of(e)})"
+            trial.modules, trial.modules_problem = None, reason
+            self._damaged(trial, MODULES_JSON, reason, skipped)
+            return True
+        trial.damaged.pop(MODULES_JSON, None)
+        self._unskip(path)
+        trial.modules, trial.modules_problem = modules, None
+        return True
+
+
+def _covers(outer: tuple[int, int], inner: tuple[int, int]) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
+def _covered_by(rng: tuple[int, int], seen: Iterable[tuple[int, int]]) -> bool:
+    """Whether every sequence number of ``rng`` is in a range read already."""
+    inside = sorted(r for r in seen if r[1] >= rng[0] and r[0] <= rng[1])
+    expect = rng[0]
+    for a, b in inside:
+        if a > expect:
+            return False
+        expect = max(expect, b + 1)
+    return expect > rng[1]
+
+
+def _overlaps_partly(rng: tuple[int, int], seen: Iterable[Any]) -> bool:
+    """Whether ``rng`` shares sequence numbers with ranges read already without being
+    covered by them."""
+    seen = list(seen)
+    return (any(r[1] >= rng[0] and r[0] <= rng[1] for r in seen)
+            and not _covered_by(rng, seen))
+
+
+def graph_key(digest: str) -> str:
+    """The key of a graph file in :attr:`TrialIndex.damaged`."""
+    return f"graphs/{graph_name(digest)}"

@@ -1,0 +1,333 @@
+"""The provider: the query API's one interface to a group folder (docs/QUERY_API.md).
+
+``list_*`` methods return metadata, ``read_*`` methods values; filters are arguments.
+Reads serve what the last :meth:`Group.refresh` indexed and never look for new files
+themselves: a caller that wants new data calls ``refresh()`` (the GUI does on its timer),
+and between two refreshes every read answers from the same snapshot. One exception keeps
+that snapshot readable: a tensors file that a compaction replaced since the refresh is
+followed to the file that holds its rows now (the same rows under a new name).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import NotFoundError, StorageError
+from ..vocabulary import ALL_STATISTICS
+from .cache import ByteLRU, estimate_bytes
+from .graphs import parse_graph
+from .index import GroupIndex, TensorFile, TrialIndex, graph_key, to_pandas
+from .tensors import (
+    KEY_COLUMNS,
+    SeriesIndex,
+    empty_series,
+    read_step,
+)
+from .types import (
+    Graph,
+    ModuleInfo,
+    Note,
+    RefreshReport,
+    SkippedFile,
+    TensorRecord,
+    TrialInfo,
+)
+
+DEFAULT_CACHE_BYTES = 256 * 2**20
+
+# Cache keys start with one of these, so that a cache shared with the GUI never mixes
+# them up with its own.
+_STEP, _LIST, _SERIES = "query.step", "query.list", "query.series_index"
+
+T = TypeVar("T")
+
+
+class Group:
+    """A group folder of recordings, read incrementally. Create it with :func:`open_group`.
+
+    ``cache`` lets several readers (the GUI's own derived values, say) share one byte
+    bound; by default the group has a cache of ``cache_bytes`` of its own.
+    """
+
+    def __init__(self, path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 *, cache: ByteLRU | None = None):
+        self.path = Path(path)
+        self._index = GroupIndex(self.path)
+        self._cache = cache if cache is not None else ByteLRU(cache_bytes)
+
+    def __repr__(self) -> str:
+        return (f"Group({str(self.path)!r}, {len(self._index.trials())} trials, "
+                f"version {self.version})")
+
+    # ----- state -------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Grows whenever a refresh found something new, and when a read found a damaged
+        file (a cheap "data version" to poll)."""
+        return self._index.version
+
+    @property
+    def skipped(self) -> list[SkippedFile]:
+        """The files skipped because they are damaged, each once; a file repaired since
+        leaves this list."""
+        return self._index.skipped
+
+    @property
+    def cache(self) -> ByteLRU:
+        return self._cache
+
+    @property
+    def cache_bytes_used(self) -> int:
+        return self._cache.bytes
+
+    def refresh(self) -> RefreshReport:
+        """Index what appeared since the last refresh (new names only); cheap when
+        nothing did."""
+        update = self._index.update()
+        cache = self._cache
+        for trial_id in update.forgotten_trials:
+            cache.drop(lambda k, t=trial_id: _ours(k) and k[1] == t)
+        for trial_id, name in update.gone_files:
+            cache.drop(lambda k, t=trial_id, n=name: k[0] == _SERIES and k[1:] == (t, n))
+        for trial_id, lo, hi in update.repaired:  # steps read without the file read again
+            cache.drop(lambda k, t=trial_id, a=lo, b=hi: k[0] in (_STEP, _LIST) and k[1] == t
+                       and a <= k[2] <= b)
+        return update.report
+
+    # ----- metadata ----------------------------------------------------------------------
+
+    def _trial(self, trial_id: str) -> TrialIndex:
+        return self._index.trial(trial_id)
+
+    def list_trials(self) -> list[TrialInfo]:
+        return [t.info for t in self._index.trials()]
+
+    def list_steps(self, trial_id: str) -> pd.DataFrame:
+        return self._trial(trial_id).steps.copy()
+
+    def read_modules(self, trial_id: str) -> list[ModuleInfo]:
+        """The module tree; StorageError (the file is in :attr:`skipped`) for a damaged
+        modules.json."""
+        trial = self._trial(trial_id)
+        if trial.modules_problem is not None:
+            raise StorageError(f"{trial.layout.modules_json}: {trial.modules_problem}; the "
+                               "module tree cannot be shown until the recorder writes it again")
+        return list(trial.modules or [])
+
+    def read_notes(self, trial_id: str) -> list[Note]:
+        return list(self._trial(trial_id).notes)
+
+    def read_kpis(self, trial_id: str) -> pd.DataFrame:
+        return self._trial(trial_id).kpis.copy()
+
+    def read_graph(self, trial_id: str, training_step: int, iteration: int) -> Graph:
+        trial = self._trial(trial_id)
+        steps = trial.steps
+        row = steps[(steps["training_step"] == training_step) & (steps["iteration"] == iteration)]
+        if row.empty:
+            raise NotFoundError(
+                f"trial {trial_id!r} has no recorded step {training_step} with iteration {iteration}"
+            )
+        digest = row["graph_hash"].iloc[0]
+        structure = trial.graphs.get(digest)
+        if structure is None:
+            damage = trial.damaged.get(graph_key(digest))
+            if damage is not None:
+                raise StorageError(
+                    f"the graph of step {training_step}, iteration {iteration} of trial "
+                    f"{trial_id!r} is damaged and was skipped: {trial.layout.graph(digest)}: "
+                    f"{damage[1]}")
+            raise NotFoundError(f"graph {digest} of trial {trial_id!r} was not on disk at the "
+                                "last refresh()")
+        return parse_graph(digest, int(iteration), structure)
+
+    # ----- values ------------------------------------------------------------------------
+
+    def _read_file(self, trial: TrialIndex, f: TensorFile, read: Callable[[TensorFile], T],
+                   done: set[str]) -> tuple[TensorFile, T] | None:
+        """(the file read, ``read(file)``): ``f``, or the file a compaction replaced it
+        with since the last refresh; None for a damaged file (reported) or a file read
+        already (in ``done``)."""
+        for attempt in range(2):
+            if f.name in done:
+                return None
+            try:
+                result = read(f)
+            except FileNotFoundError as e:
+                replacement = None if attempt else self._index.replacement(trial, f)
+                if replacement is None:
+                    raise NotFoundError(
+                        f"{f.path} is gone since the last refresh() (the trial was deleted or "
+                        "rewritten); refresh to read what is there now") from e
+                f = replacement
+                continue
+            except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                self._index.read_failed(trial, f, e)
+                self._cache.drop(lambda k, t=trial.trial_id, n=f.name: k[0] == _SERIES
+                                 and k[1:] == (t, n))
+                return None
+            done.add(f.name)
+            return f, result
+        return None
+
+    def _step_table(self, trial_id: str, step: int) -> pa.Table:
+        key = (_STEP, trial_id, int(step))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        trial = self._trial(trial_id)
+        files = trial.steps_holding(step)
+        tables: list[pa.Table] = []
+        done: set[str] = set()
+        for f in files:
+            read = self._read_file(trial, f, lambda f: read_step(f, step), done)
+            if read is not None and read[1].num_rows:
+                tables.append(read[1])
+        if not tables:
+            damaged = [f for f in list(trial.damaged_tensor_files.values())
+                       if f.min_step <= step <= f.max_step]
+            if damaged:
+                reason = trial.damage_of("tensors", damaged[0].name) or ""
+                raise StorageError(
+                    f"the tensors of step {step} of trial {trial_id!r} are in a damaged file, "
+                    f"which was skipped: {damaged[0].path}: {reason}")
+            raise NotFoundError(f"trial {trial_id!r} has no tensor data for step {step}")
+        table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
+        self._cache.put(key, table, table.nbytes)
+        return table
+
+    def list_tensors(self, trial_id: str, training_step: int) -> pd.DataFrame:
+        """What is recorded at a step (no values): one row per tensor row on disk."""
+        key = (_LIST, trial_id, int(training_step))
+        cached = self._cache.get(key)
+        if cached is None:
+            table = self._step_table(trial_id, training_step)
+            cached = to_pandas(table.select([c for c in KEY_COLUMNS if c != "shape"]))
+            cached["shape"] = [tuple(s) for s in table.column("shape").to_pylist()]
+            self._cache.put(key, cached, estimate_bytes(cached) * 4)
+        return cached.copy()
+
+    def read_tensor(self, trial_id: str, training_step: int, iteration: int, node: str,
+                    role: str, recording_type: str, aggregation: str,
+                    sample_index: int = -1) -> TensorRecord:
+        table = self._step_table(trial_id, training_step)
+        mask = pc.and_(
+            pc.and_(pc.equal(table["iteration"], int(iteration)),
+                    pc.equal(table["node"].cast(pa.string()), node)),
+            pc.and_(pc.and_(pc.equal(table["role"].cast(pa.string()), role),
+                            pc.equal(table["recording_type"].cast(pa.string()), recording_type)),
+                    pc.and_(pc.equal(table["aggregation"].cast(pa.string()), aggregation),
+                            pc.equal(table["sample_index"], int(sample_index)))),
+        )
+        rows = table.filter(mask)
+        if rows.num_rows == 0:
+            target = self._alias_target(trial_id, training_step, iteration, node, role)
+            if target is not None:  # a re-registered tensor: its data lives under the original
+                return self.read_tensor(trial_id, training_step, target[2], target[0], target[1],
+                                        recording_type, aggregation, sample_index)
+            raise NotFoundError(
+                f"trial {trial_id!r}, step {training_step}, iteration {iteration}: nothing "
+                f"recorded for node {node!r} role {role!r} ({recording_type}, {aggregation}, "
+                f"sample {sample_index})"
+            )
+        row = rows.slice(0, 1).to_pylist()[0]
+        shape = tuple(int(s) for s in (row["shape"] or ()))
+        values = row["values"]
+        arr = None
+        if values is not None:
+            arr = np.asarray(values, dtype=np.float32)
+            if shape and int(np.prod(shape)) == arr.size:
+                arr = arr.reshape(shape)
+        stats = {name: (float(row[name]) if row[name] is not None else float("nan"))
+                 for name in ALL_STATISTICS}
+        return TensorRecord(
+            trial_id=trial_id, training_step=int(training_step), iteration=int(iteration),
+            node=node, role=role, tensor_name=row["tensor_name"], kind=row["kind"],
+            recording_type=recording_type, aggregation=aggregation,
+            sample_index=int(sample_index), shape=shape, stats=stats, values=arr,
+        )
+
+    def _alias_target(self, trial_id: str, training_step: int, iteration: int, node: str,
+                      role: str) -> tuple | None:
+        trial = self._trial(trial_id)
+        steps = trial.steps
+        rows = steps[steps["training_step"] == training_step]
+        for it, digest in zip(rows["iteration"], rows["graph_hash"]):
+            structure = trial.graphs.get(digest)
+            if structure is None:
+                continue
+            graph = parse_graph(digest, int(it), structure)
+            for n in graph.nodes:
+                if n.node == node and n.iteration == iteration and role in n.alias_of:
+                    return n.alias_of[role]
+        return None
+
+    def _series_index(self, trial_id: str, f: TensorFile) -> SeriesIndex:
+        key = (_SERIES, trial_id, f.name)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        index = SeriesIndex.build(f.path)
+        self._cache.put(key, index, index.nbytes)
+        return index
+
+    def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
+                    aggregation: str, statistic: str, iteration: int | None = None,
+                    sample_index: int = -1, type_of_execution: str | None = None) -> pd.DataFrame:
+        """One statistic of one tensor over all recorded steps of a trial."""
+        if statistic not in ALL_STATISTICS:
+            raise NotFoundError(f"unknown statistic {statistic!r}; choose one of {ALL_STATISTICS}")
+        trial = self._trial(trial_id)
+        files = list(trial.tensor_files.values())
+        frames = []
+        done: set[str] = set()
+        for f in files:
+            read = self._read_file(trial, f, lambda f: self._series_index(trial_id, f), done)
+            if read is None:
+                continue
+            f, index = read
+            frame = index.series(node, role, recording_type, aggregation, int(sample_index),
+                                 statistic)
+            if frame is None:
+                continue
+            if f.served != (f.min_step, f.max_step):  # stands in for files a compaction merged
+                frame = frame[frame["training_step"].between(*f.served)]
+            if iteration is not None:
+                frame = frame[frame["iteration"] == int(iteration)]
+            if type_of_execution is not None:
+                frame = frame[frame["type_of_execution"] == type_of_execution]
+            frames.append(frame)
+        if not frames:
+            return empty_series()
+        out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        return out.sort_values(["training_step", "iteration"], kind="stable").reset_index(drop=True)
+
+
+def _ours(key: Any) -> bool:
+    return isinstance(key, tuple) and bool(key) and key[0] in (_STEP, _LIST, _SERIES)
+
+
+def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, *,
+               cache: ByteLRU | None = None) -> Group:
+    """Open a group folder (``<comgra_root_path>/<group>``) and index what is there."""
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(
+            f"{path} does not exist; pass the folder <comgra_root_path>/<group> that the "
+            "recorder writes to"
+        )
+    if not path.is_dir():
+        raise NotFoundError(f"{path} is not a folder; pass a group folder")
+    group = Group(path, cache_bytes=cache_bytes, cache=cache)
+    group.refresh()
+    return group
+

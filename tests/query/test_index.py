@@ -1,0 +1,115 @@
+"""The incremental index (comgra_like/query/index.py): new names only, notes from the
+notes.jsonl of a recording, compactions of rows not read yet."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import comgra_like
+from comgra_like.errors import NotFoundError
+from comgra_like.query import open_group
+
+from .helpers import copy_group, one_shard_per_step
+
+RECORDED = [0, 1, 4, 5, 8, 9, 10]
+
+
+# --- notes --------------------------------------------------------------------------------
+
+
+def test_the_example_runs_still_read_their_notes_jsonl():
+    from pathlib import Path
+
+    group = Path(__file__).resolve().parents[2] / "example_runs" / "tutorial"
+    g = open_group(group)
+    for trial in g.list_trials():
+        notes = g.read_notes(trial.trial_id)
+        assert notes and all(n.text for n in notes)
+        assert [n.index for n in notes] == list(range(len(notes)))
+
+
+# --- reads serve the last refresh ---------------------------------------------------------
+
+
+def test_reads_never_look_for_new_files(tmp_path, tiny_group):
+    group = tmp_path / "g"
+    (group / "trials").mkdir(parents=True)
+    g = open_group(group)
+    shutil.copytree(tiny_group / "trials" / "trial_a", group / "trials" / "trial_a")
+    with pytest.raises(NotFoundError, match="refresh"):
+        g.list_steps("trial_a")
+    assert g.list_trials() == [] and g.version == 0
+    report = g.refresh()
+    assert report.new_trials == ["trial_a"]
+    assert g.list_steps("trial_a")["training_step"].unique().tolist() == RECORDED
+
+
+def test_steps_written_after_a_refresh_show_after_the_next(tmp_path, tiny_group):
+    group = copy_group(tiny_group, tmp_path / "g")
+    trial = group / "trials" / "trial_a"
+    parts = one_shard_per_step(trial)
+    later = tmp_path / "later"
+    for step in RECORDED[4:]:
+        for kind, path in parts[step].items():
+            (later / kind).mkdir(parents=True, exist_ok=True)
+            shutil.move(path, later / kind / path.name)
+    g = open_group(group)
+    assert g.list_steps("trial_a")["training_step"].unique().tolist() == RECORDED[:4]
+    for kind in ("tensors", "steps"):  # the writer's order: a step's tensors first
+        for path in sorted((later / kind).iterdir()):
+            shutil.move(path, trial / kind / path.name)
+    with pytest.raises(NotFoundError):
+        g.list_tensors("trial_a", 8)
+    series = g.read_series("trial_a", "input", "input", "forward", "batch_mean", "mean")
+    assert g.list_steps("trial_a")["training_step"].unique().tolist() == RECORDED[:4]
+    assert g.refresh().changed_trials["trial_a"].new_steps == RECORDED[4:]
+    assert len(g.list_tensors("trial_a", 8)) > 0
+    again = g.read_series("trial_a", "input", "input", "forward", "batch_mean", "mean")
+    assert sorted(set(again["training_step"])) == RECORDED
+    assert sorted(set(series["training_step"])) == RECORDED[:4]
+
+
+# --- compaction ----------------------------------------------------------------------------
+
+
+def test_a_compaction_since_the_last_refresh_is_followed_with_the_same_steps(tmp_path, tiny_group):
+    """The writer compacts parts this reader has not seen yet: reads go on from the new
+    file and serve the indexed steps only; the next refresh reads the steps table again
+    without counting a row twice."""
+    group = copy_group(tiny_group, tmp_path / "g")
+    trial = group / "trials" / "trial_a"
+    parts = one_shard_per_step(trial)
+    later = tmp_path / "later"
+    for step in RECORDED[4:]:
+        for kind, path in parts[step].items():
+            (later / kind).mkdir(parents=True, exist_ok=True)
+            shutil.move(path, later / kind / path.name)
+    g = open_group(group)
+    before = g.read_tensor("trial_a", 1, 0, "input", "input", "forward", "sample", 2).values
+    g.cache.clear()
+    for kind in ("tensors", "steps"):
+        for path in sorted((later / kind).iterdir()):
+            shutil.move(path, trial / kind / path.name)
+    comgra_like.compact_trial(trial)
+    assert [p.name for p in (trial / "tensors").iterdir()] == ["compact-00000000-00000006.parquet"]
+
+    # the series first: it meets every gone part, the later ones after the first found
+    # their replacement
+    series = g.read_series("trial_a", "input", "input", "forward", "batch_mean", "mean")
+    assert sorted(set(series["training_step"])) == RECORDED[:4]
+    after = g.read_tensor("trial_a", 1, 0, "input", "input", "forward", "sample", 2).values
+    np.testing.assert_array_equal(before, after)
+    assert len(g.list_tensors("trial_a", 5)) > 0
+
+    report = g.refresh()
+    assert report.changed_trials["trial_a"].new_steps == RECORDED[4:]
+    assert g.skipped == [] and report.skipped == []
+    steps = g.list_steps("trial_a")
+    assert not steps.duplicated(["training_step", "iteration"]).any()
+    assert steps["training_step"].unique().tolist() == RECORDED
+    series = g.read_series("trial_a", "input", "input", "forward", "batch_mean", "mean")
+    assert sorted(set(series["training_step"])) == RECORDED
+    assert not series.duplicated(["training_step", "iteration"]).any()
