@@ -44,6 +44,7 @@ from ..errors import NotFoundError
 from ..format.layout import (
     LEGACY_NOTES_JSONL,
     MODULES_JSON,
+    NOTES_DIR,
     TRIAL_JSON,
     TrialLayout,
     graph_name,
@@ -52,6 +53,7 @@ from ..format.layout import (
     shard_range,
     trials_dir,
 )
+from ..format.notes import NOTES_SCHEMA
 from ..format.schema import SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
 from .graphs import GraphStructureError, parse_graph
 from .types import (
@@ -186,6 +188,7 @@ class TrialIndex:
         self._modules_signature: Signature | None = None
         self._legacy_notes: list[Note] = []
         self._legacy_offset = 0
+        self._shard_notes: list[tuple[str, float, int | None]] = []
 
     @property
     def trial_id(self) -> str:
@@ -451,7 +454,7 @@ class GroupIndex:
                                status_changed, repaired, modules_changed)
         return None
 
-    # ----- shard tables (steps, kpis) ---------------------------------------------------
+    # ----- shard tables (steps, kpis, notes) ---------------------------------------------
 
     def _live(self, folder: Path) -> list[str] | None:
         try:
@@ -537,10 +540,23 @@ class GroupIndex:
         return True
 
     def _update_notes(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
-        if not self._update_legacy_notes(trial):
+        legacy = self._update_legacy_notes(trial)
+        frames, whole = self._new_frames(trial, NOTES_DIR, NOTES_SCHEMA, skipped)
+        if whole:
+            trial._shard_notes = []
+        for _, frame in frames:
+            steps = frame["training_step"].tolist()
+            trial._shard_notes.extend(
+                (str(text), float(wall_time), None if pd.isna(step) else int(step))
+                for text, wall_time, step in zip(frame["text"], frame["wall_time"], steps))
+        if not (legacy or frames or whole):
             return False
-        trial.notes = tuple(trial._legacy_notes)
-        return True
+        notes = list(trial._legacy_notes)
+        notes += [Note(len(notes) + i, text, wall_time, step)
+                  for i, (text, wall_time, step) in enumerate(trial._shard_notes)]
+        changed = tuple(notes) != trial.notes
+        trial.notes = tuple(notes)
+        return changed
 
     def _update_legacy_notes(self, trial: TrialIndex) -> bool:
         """Lines appended to notes.jsonl since the last update (complete lines only)."""

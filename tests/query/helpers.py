@@ -3,13 +3,15 @@ and then arranged on disk the way a running or a two-writer recording leaves the
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from comgra_like.format.layout import part_name
+from comgra_like.format.layout import TrialLayout, part_name
 
 TABLE_FOLDERS = ("steps", "tensors")
 
@@ -34,3 +36,30 @@ def one_shard_per_step(trial: Path) -> dict[int, dict[str, Path]]:
 def copy_group(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     return target
+
+
+def notes_only_trial(group: Path, trial_id: str) -> TrialLayout:
+    """A trial folder with a trial.json and nothing else yet."""
+    layout = TrialLayout.of(group, trial_id)
+    layout.root.mkdir(parents=True)
+    layout.trial_json.write_text(json.dumps(
+        {"schema_version": 1, "trial_id": trial_id, "status": "running", "created": 0.0}))
+    return layout
+
+
+def write_notes_shard(layout: TrialLayout, seq: int, notes: list[tuple[str, float, int | None]],
+                      name: str | None = None) -> Path:
+    """A notes shard as the writer writes them (docs/FORMAT.md), with pyarrow directly."""
+    from comgra_like.format.notes import NOTES_SCHEMA
+
+    texts, times, steps = zip(*notes) if notes else ((), (), ())
+    table = pa.table({
+        "trial_id": pa.array([layout.trial_id] * len(notes)).dictionary_encode(),
+        "text": pa.array(texts, pa.string()),
+        "wall_time": pa.array(times, pa.float64()),
+        "training_step": pa.array(steps, pa.int64()),
+    }).cast(NOTES_SCHEMA)
+    path = layout.notes / (name or part_name(seq))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path

@@ -1,8 +1,9 @@
-"""The incremental index (comgra_like/query/index.py): new names only, notes from the
-notes.jsonl of a recording, compactions of rows not read yet."""
+"""The incremental index (comgra_like/query/index.py): new names only, notes from shards
+and from the old notes.jsonl, compactions of rows not read yet."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -10,14 +11,61 @@ import pytest
 
 import comgra_like
 from comgra_like.errors import NotFoundError
-from comgra_like.query import open_group
+from comgra_like.query import Note, open_group
 
-from .helpers import copy_group, one_shard_per_step
+from .helpers import copy_group, notes_only_trial, one_shard_per_step, write_notes_shard
 
 RECORDED = [0, 1, 4, 5, 8, 9, 10]
 
 
 # --- notes --------------------------------------------------------------------------------
+
+
+def test_notes_are_read_from_shards_after_the_old_jsonl(tmp_path):
+    layout = notes_only_trial(tmp_path / "g", "t")
+    layout.legacy_notes.write_text(
+        json.dumps({"text": "old one", "wall_time": 1.0, "training_step": 3}) + "\n"
+        + json.dumps({"text": "old two", "wall_time": 2.0}) + "\n")
+    write_notes_shard(layout, 0, [("first shard", 3.0, 7), ("no step", 4.0, None)])
+    g = open_group(tmp_path / "g")
+    assert g.read_notes("t") == [
+        Note(0, "old one", 1.0, 3), Note(1, "old two", 2.0, None),
+        Note(2, "first shard", 3.0, 7), Note(3, "no step", 4.0, None),
+    ]
+
+    write_notes_shard(layout, 1, [("second shard", 5.0, 9)])
+    assert len(g.read_notes("t")) == 4  # reads serve the last refresh
+    report = g.refresh()
+    assert report.changed_trials["t"].notes_changed
+    assert g.read_notes("t")[-1] == Note(4, "second shard", 5.0, 9)
+    assert not g.refresh().changed
+
+
+def test_notes_shards_alone_and_a_compaction_of_them_add_nothing_twice(tmp_path):
+    layout = notes_only_trial(tmp_path / "g", "t")
+    first = write_notes_shard(layout, 0, [("a", 1.0, 0)])
+    second = write_notes_shard(layout, 1, [("b", 2.0, 1)])
+    g = open_group(tmp_path / "g")
+    assert [n.text for n in g.read_notes("t")] == ["a", "b"]
+    # the writer compacts parts 0-2, part 2 never read here: the notes are read again
+    write_notes_shard(layout, 0, [("a", 1.0, 0), ("b", 2.0, 1), ("c", 3.0, 2)],
+                      name="compact-00000000-00000002.parquet")
+    first.unlink()
+    second.unlink()
+    assert g.refresh().changed_trials["t"].notes_changed
+    assert [(n.index, n.text) for n in g.read_notes("t")] == [(0, "a"), (1, "b"), (2, "c")]
+    assert g.skipped == []
+
+
+def test_a_damaged_notes_shard_is_reported_and_the_others_read(tmp_path):
+    layout = notes_only_trial(tmp_path / "g", "t")
+    write_notes_shard(layout, 0, [("kept", 1.0, None)])
+    (layout.notes / "part-00000001.parquet").write_bytes(b"PAR1 torn")
+    write_notes_shard(layout, 2, [("after it", 2.0, None)])
+    g = open_group(tmp_path / "g")
+    assert [n.text for n in g.read_notes("t")] == ["kept", "after it"]
+    assert [s.path for s in g.skipped] == [str(layout.notes / "part-00000001.parquet")]
+    assert "unreadable shard" in g.skipped[0].reason
 
 
 def test_the_example_runs_still_read_their_notes_jsonl():
