@@ -18,6 +18,8 @@ recorder writes both safe and cheap:
 - ``trial.json`` and ``modules.json`` are replaced whole (atomic rename) and read again
   when their signature changes; the legacy ``notes.jsonl`` is appended to and read from
   the end of the last complete line read.
+- Rows of the steps table that repeat a (training step, iteration) already read (two
+  writers of one trial) are left out, the first kept, and their file is reported.
 - Every problem is a :class:`SkippedFile`, reported once, and the rest reads on.
 
 The index holds metadata only: trial info, steps, KPIs, notes, graph structures,
@@ -72,6 +74,8 @@ STEP_KEY = ["training_step", "iteration"]
 KPI_KEY = ["kpi_group", "kpi_name", "type_of_execution", "timepoint"]
 #: Step numbers of a file whose row groups have no statistics: consulted for every step.
 UNKNOWN_RANGE = (-(2**62), 2**62)
+#: How many repeated (step, iteration) pairs a report names before "…".
+_NAMED_DUPLICATES = 3
 
 
 Signature = tuple[int, int]
@@ -514,6 +518,10 @@ class GroupIndex:
         combined = pd.concat(parts, ignore_index=True)
         repeated = combined.duplicated(STEP_KEY, keep="first").to_numpy()
         if repeated.any():
+            for i in np.unique(source[repeated]):
+                name = frames[i][0]
+                rows = combined[repeated & (source == i)]
+                self._report_duplicates(trial, name, rows, skipped)
             combined = combined[~repeated]
             source = source[~repeated]
         if whole:
@@ -525,6 +533,19 @@ class GroupIndex:
             fresh = combined[source >= 0]
         trial.steps = combined.sort_values(STEP_KEY, kind="stable").reset_index(drop=True)
         return sorted({int(s) for s in fresh["training_step"]})
+
+    def _report_duplicates(self, trial: TrialIndex, name: str, rows: pd.DataFrame,
+                           skipped: list[SkippedFile]) -> None:
+        pairs = list(zip(rows["training_step"].tolist(), rows["iteration"].tolist()))
+        named = ", ".join(f"step {s} iteration {i}" for s, i in pairs[:_NAMED_DUPLICATES])
+        if len(pairs) > _NAMED_DUPLICATES:
+            named += f" and {len(pairs) - _NAMED_DUPLICATES} more"
+        reason = (f"{len(pairs)} recorded step rows ({named}) repeat rows read from "
+                  "another file and were left out, the first kept: two recorders wrote this "
+                  "trial; record each run under its own trial id")
+        path = trial.layout.table("steps") / name
+        if self._skip(path, reason, skipped):
+            log.warning("%s: %s", path, reason)
 
     def _update_kpis(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         frames, whole = self._new_frames(trial, "kpis", SCHEMAS["kpis"], skipped)

@@ -27,8 +27,11 @@ from .graphs import parse_graph
 from .index import GroupIndex, TensorFile, TrialIndex, graph_key, to_pandas
 from .tensors import (
     KEY_COLUMNS,
+    ROW_KEY,
     SeriesIndex,
+    drop_repeated,
     empty_series,
+    overlapping,
     read_step,
 )
 from .types import (
@@ -77,8 +80,8 @@ class Group:
 
     @property
     def skipped(self) -> list[SkippedFile]:
-        """The files skipped because they are damaged, each once; a file repaired since
-        leaves this list."""
+        """The files skipped because they are damaged (or their rows repeat rows read
+        before), each once; a file repaired since leaves this list."""
         return self._index.skipped
 
     @property
@@ -201,7 +204,10 @@ class Group:
                     f"the tensors of step {step} of trial {trial_id!r} are in a damaged file, "
                     f"which was skipped: {damaged[0].path}: {reason}")
             raise NotFoundError(f"trial {trial_id!r} has no tensor data for step {step}")
-        table = pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
+        if len(tables) > 1:
+            table = drop_repeated(pa.concat_tables(tables).unify_dictionaries(), ROW_KEY)
+        else:
+            table = tables[0]
         self._cache.put(key, table, table.nbytes)
         return table
 
@@ -309,7 +315,10 @@ class Group:
         if not frames:
             return empty_series()
         out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        return out.sort_values(["training_step", "iteration"], kind="stable").reset_index(drop=True)
+        out = out.sort_values(["training_step", "iteration"], kind="stable")
+        if overlapping(files):
+            out = out.drop_duplicates(["training_step", "iteration"], keep="first")
+        return out.reset_index(drop=True)
 
 
 def _ours(key: Any) -> bool:

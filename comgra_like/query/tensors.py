@@ -7,6 +7,8 @@ rows; the series read the key and statistic columns alone.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +25,28 @@ TENSORS_SCHEMA = SCHEMAS["tensors"]
 #: What ``list_tensors`` returns (no statistics, no values).
 KEY_COLUMNS = ["training_step", "type_of_execution", "iteration", "node", "role", "tensor_name",
                "kind", "recording_type", "aggregation", "sample_index", "shape"]
+#: The columns that tell a tensor row from every other row of the same trial.
+ROW_KEY = ["training_step", "iteration", "node", "role", "recording_type", "aggregation",
+           "sample_index"]
 
 
 def read_step(f: TensorFile, step: int) -> pa.Table:
     """Every row of one step in one file, values included (one or two row groups)."""
     return pq.read_table(f.path, filters=[("training_step", "=", int(step))],
                          schema=TENSORS_SCHEMA)
+
+
+def drop_repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The table without rows whose ``keys`` repeat an earlier row's (two writers of one
+    trial wrote them; the first is kept, as for the steps table)."""
+    repeated = table.select(list(keys)).to_pandas().duplicated(keep="first").to_numpy()
+    return table.filter(pa.array(~repeated)) if repeated.any() else table
+
+
+def overlapping(files: Iterable[TensorFile]) -> bool:
+    """Whether two of these files serve a common step (then rows may repeat)."""
+    ranges = sorted(f.served for f in files)
+    return any(a[1] >= b[0] for a, b in itertools.pairwise(ranges))
 
 
 class SeriesIndex:

@@ -15,7 +15,7 @@ from ..errors import NotFoundError
 
 @dataclass(frozen=True)
 class SkippedFile:
-    """A file that the reader left out, and why."""
+    """A file (or the rows of one) that the reader left out, and why."""
 
     path: str
     reason: str

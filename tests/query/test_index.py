@@ -1,5 +1,5 @@
 """The incremental index (comgra_like/query/index.py): new names only, notes from shards
-and from the old notes.jsonl, compactions of rows not read yet."""
+and from the old notes.jsonl, rows two writers repeat, compactions of rows not read yet."""
 
 from __future__ import annotations
 
@@ -161,3 +161,57 @@ def test_a_compaction_since_the_last_refresh_is_followed_with_the_same_steps(tmp
     series = g.read_series("trial_a", "input", "input", "forward", "batch_mean", "mean")
     assert sorted(set(series["training_step"])) == RECORDED
     assert not series.duplicated(["training_step", "iteration"]).any()
+
+
+# --- two writers of one trial --------------------------------------------------------------
+
+
+@pytest.fixture
+def two_writers(tmp_path, tiny_run_class):
+    """Trial ``t`` recorded by one recorder (steps 0-2, seed 0) and, into the same
+    folder, the shards of another (steps 1-3, seed 1) under later sequence numbers: what
+    two processes recording one trial leave."""
+    first = tiny_run_class(tmp_path / "a", "g", "t", record_steps=[0, 1, 2], seed=0)
+    first.run(range(3)).finalize()
+    second = tiny_run_class(tmp_path / "b", "g", "t", record_steps=[1, 2, 3], seed=1)
+    second.run(range(4)).finalize()
+    alone = copy_group(tmp_path / "a" / "g", tmp_path / "alone")
+    trial = tmp_path / "a" / "g" / "trials" / "t"
+    for kind in ("steps", "tensors"):
+        [source] = (tmp_path / "b" / "g" / "trials" / "t" / kind).iterdir()
+        shutil.copy(source, trial / kind / "part-00000100.parquet")
+    return {"group": tmp_path / "a" / "g", "alone": alone, "trial": trial,
+            "second": tmp_path / "b" / "g"}
+
+
+def test_rows_a_second_writer_repeats_are_left_out_and_reported(two_writers):
+    g = open_group(two_writers["group"])
+    alone = open_group(two_writers["alone"])
+    second = open_group(two_writers["second"])
+    steps = g.list_steps("t")
+    assert not steps.duplicated(["training_step", "iteration"]).any()
+    assert steps["training_step"].unique().tolist() == [0, 1, 2, 3]
+    first_steps = alone.list_steps("t")
+    kept = steps[steps["training_step"] <= 2].reset_index(drop=True)
+    assert kept["wall_time"].tolist() == first_steps["wall_time"].tolist()  # the first kept
+
+    [problem] = g.skipped
+    assert problem.path == str(two_writers["trial"] / "steps" / "part-00000100.parquet")
+    assert "step 1 iteration 0" in problem.reason and "two recorders" in problem.reason
+    assert not g.refresh().changed  # reported once
+
+    # the values of a repeated step are the first writer's, in every read
+    key = ("forward", "batch_mean")
+    for step in (1, 2):
+        mine = g.read_tensor("t", step, 0, "input", "input", *key)
+        np.testing.assert_array_equal(
+            mine.values, alone.read_tensor("t", step, 0, "input", "input", *key).values)
+        listed = g.list_tensors("t", step)
+        assert not listed.duplicated(["iteration", "node", "role", "recording_type",
+                                      "aggregation", "sample_index"]).any()
+    series = g.read_series("t", "input", "input", *key, "mean", iteration=0)
+    expected = alone.read_series("t", "input", "input", *key, "mean", iteration=0)
+    assert series["training_step"].tolist() == [0, 1, 2, 3]
+    assert series["value"].tolist()[:3] == expected["value"].tolist()
+    assert series["value"].tolist()[3] == second.read_series(
+        "t", "input", "input", *key, "mean", iteration=0)["value"].tolist()[-1]
