@@ -7,7 +7,7 @@
                 names only on each refresh
 - ``provider``  :class:`Group`: ``list_*`` metadata, ``read_*`` values, from what the
                 last refresh indexed
-- ``tensors``   reads of the tensors table (one step, one series)
+- ``tensors``   reads of the tensors table (one step, one series, many statistics)
 - ``graphs``    graph files into :class:`Graph` values
 - ``cache``     :class:`ByteLRU`, the byte-bounded cache (the GUI can share it)
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .cache import ByteLRU, estimate_bytes
 from .provider import DEFAULT_CACHE_BYTES, Group, open_group
-from .tensors import KEY_COLUMNS
+from .tensors import KEY_COLUMNS, STATISTICS_KEY_COLUMNS
 from .types import (
     Graph,
     GraphEdge,
@@ -36,6 +36,7 @@ from .types import (
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "KEY_COLUMNS",
+    "STATISTICS_KEY_COLUMNS",
     "ByteLRU",
     "Graph",
     "GraphEdge",

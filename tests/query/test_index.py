@@ -7,6 +7,7 @@ import json
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import comgra_like
@@ -151,6 +152,8 @@ def test_a_compaction_since_the_last_refresh_is_followed_with_the_same_steps(tmp
     after = g.read_tensor("trial_a", 1, 0, "input", "input", "forward", "sample", 2).values
     np.testing.assert_array_equal(before, after)
     assert len(g.list_tensors("trial_a", 5)) > 0
+    stats = g.read_statistics("trial_a", nodes="input", aggregations="batch_mean")
+    assert sorted(set(stats["training_step"])) == RECORDED[:4]
 
     report = g.refresh()
     assert report.changed_trials["trial_a"].new_steps == RECORDED[4:]
@@ -215,3 +218,5 @@ def test_rows_a_second_writer_repeats_are_left_out_and_reported(two_writers):
     assert series["value"].tolist()[:3] == expected["value"].tolist()
     assert series["value"].tolist()[3] == second.read_series(
         "t", "input", "input", *key, "mean", iteration=0)["value"].tolist()[-1]
+    pd.testing.assert_frame_equal(g.read_statistics("t", steps=(0, 2)),
+                                  alone.read_statistics("t", steps=(0, 2)))
