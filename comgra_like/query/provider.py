@@ -10,6 +10,7 @@ followed to the file that holds its rows now (the same rows under a new name).
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -55,9 +56,10 @@ from .types import (
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 
-# Cache keys start with one of these, so that a cache shared with the GUI never mixes
-# them up with its own.
-_STEP, _LIST, _SERIES = "query.step", "query.list", "query.series_index"
+# What the group caches; a key is (the group's namespace, one of these, trial id, step or
+# file name), so that groups and the GUI can share one cache without mixing values up.
+_STEP, _LIST, _SERIES = "step", "list", "series_index"
+_NAMESPACES = itertools.count()
 
 T = TypeVar("T")
 
@@ -74,6 +76,7 @@ class Group:
         self.path = Path(path)
         self._index = GroupIndex(self.path)
         self._cache = cache if cache is not None else ByteLRU(cache_bytes)
+        self._namespace = f"comgra_like.query#{next(_NAMESPACES)}"
 
     def __repr__(self) -> str:
         return (f"Group({str(self.path)!r}, {len(self._index.trials())} trials, "
@@ -105,15 +108,24 @@ class Group:
         """Index what appeared since the last refresh (new names only); cheap when
         nothing did."""
         update = self._index.update()
-        cache = self._cache
         for trial_id in update.forgotten_trials:
-            cache.drop(lambda k, t=trial_id: _ours(k) and k[1] == t)
+            self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)
         for trial_id, name in update.gone_files:
-            cache.drop(lambda k, t=trial_id, n=name: k[0] == _SERIES and k[1:] == (t, n))
+            self._drop(lambda kind, t, x, key=(_SERIES, trial_id, name): (kind, t, x) == key)
         for trial_id, lo, hi in update.repaired:  # steps read without the file read again
-            cache.drop(lambda k, t=trial_id, a=lo, b=hi: k[0] in (_STEP, _LIST) and k[1] == t
-                       and a <= k[2] <= b)
+            self._drop(lambda kind, t, x, trial_id=trial_id, lo=lo, hi=hi:
+                       kind in (_STEP, _LIST) and t == trial_id and lo <= x <= hi)
         return update.report
+
+    def _key(self, kind: str, trial_id: str, what: Any) -> tuple:
+        return (self._namespace, kind, trial_id, what)
+
+    def _drop(self, predicate: Callable[[str, str, Any], bool]) -> None:
+        """Forget this group's cached values whose (kind, trial id, step or file name)
+        satisfy ``predicate``."""
+        namespace = self._namespace
+        self._cache.drop(lambda k: isinstance(k, tuple) and len(k) == 4
+                         and k[0] == namespace and predicate(*k[1:]))
 
     # ----- metadata ----------------------------------------------------------------------
 
@@ -184,15 +196,15 @@ class Group:
                 continue
             except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
                 self._index.read_failed(trial, f, e)
-                self._cache.drop(lambda k, t=trial.trial_id, n=f.name: k[0] == _SERIES
-                                 and k[1:] == (t, n))
+                self._drop(lambda kind, t, x, key=(_SERIES, trial.trial_id, f.name):
+                           (kind, t, x) == key)
                 return None
             done.add(f.name)
             return f, result
         return None
 
     def _step_table(self, trial_id: str, step: int) -> pa.Table:
-        key = (_STEP, trial_id, int(step))
+        key = self._key(_STEP, trial_id, int(step))
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -222,7 +234,7 @@ class Group:
 
     def list_tensors(self, trial_id: str, training_step: int) -> pd.DataFrame:
         """What is recorded at a step (no values): one row per tensor row on disk."""
-        key = (_LIST, trial_id, int(training_step))
+        key = self._key(_LIST, trial_id, int(training_step))
         cached = self._cache.get(key)
         if cached is None:
             table = self._step_table(trial_id, training_step)
@@ -287,7 +299,7 @@ class Group:
         return None
 
     def _series_index(self, trial_id: str, f: TensorFile) -> SeriesIndex:
-        key = (_SERIES, trial_id, f.name)
+        key = self._key(_SERIES, trial_id, f.name)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -397,10 +409,6 @@ class Group:
 def _non_decreasing(column: pa.ChunkedArray) -> bool:
     values = column.to_numpy()
     return bool(np.all(values[1:] >= values[:-1]))
-
-
-def _ours(key: Any) -> bool:
-    return isinstance(key, tuple) and bool(key) and key[0] in (_STEP, _LIST, _SERIES)
 
 
 def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, *,

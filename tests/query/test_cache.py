@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -56,8 +58,24 @@ def test_a_group_keeps_its_reads_within_the_bound_it_was_given(tiny_group):
     for step in (0, 1, 4, 5, 8, 9, 10):
         g.list_tensors("trial_a", step)
         assert 0 < g.cache_bytes_used <= 60_000
+
+
+def test_groups_and_the_gui_can_share_one_cache(tmp_path, tiny_group):
+    """Two groups with a trial of the same name and the GUI's own keys, in one cache:
+    each reads its own values."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_group / "trials" / "trial_b", other / "trials" / "trial_a")
     shared = ByteLRU(10**8)
-    shared.put(("gui", "derived"), "kept", 100)
-    g = open_group(tiny_group, cache=shared)
-    g.list_tensors("trial_a", 0)
-    assert g.cache is shared and len(shared) > 1 and shared.get(("gui", "derived")) == "kept"
+    shared.put("a key of the GUI", "kept", 100)
+    shared.put(7, "kept too", 100)
+    first, second = open_group(tiny_group, cache=shared), open_group(other, cache=shared)
+    key = ("trial_a", 0, 0, "input", "input", "forward", "batch_mean")
+    a, b = first.read_tensor(*key), second.read_tensor(*key)
+    assert not np.array_equal(a.values, b.values)
+    np.testing.assert_array_equal(first.read_tensor(*key).values, a.values)  # from the cache
+    np.testing.assert_array_equal(second.read_tensor(*key).values, b.values)
+    assert first.cache is shared and len(shared) == 4
+    shutil.rmtree(other / "trials" / "trial_a")  # a deleted trial leaves the cache
+    second.refresh()
+    assert len(shared) == 3 and shared.get("a key of the GUI") == "kept"
+    assert shared.get(7) == "kept too"
