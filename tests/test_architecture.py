@@ -25,6 +25,7 @@ LAYERS = [
     ("comgra_like.query", "query"),
     ("comgra_like.analysis", "analysis"),
     ("comgra_like.format", "format"),
+    ("comgra_like.writer.protocol", "protocol"),
     ("comgra_like.writer", "writer"),
     ("comgra_like.transport", "transport"),
     ("comgra_like.record", "record"),
@@ -41,10 +42,12 @@ LAYERS = [
 ALLOWED = {
     "shared": {"shared"},
     "format": {"shared"},
-    "writer": {"shared", "format"},
+    # the messages between the processes: both sides encode and decode with one module
+    "protocol": {"shared"},
+    "writer": {"shared", "format", "protocol"},
     # the thread transport runs the writer's worker inside the training process
-    "transport": {"shared", "format", "writer"},
-    "record": {"shared", "format", "transport"},
+    "transport": {"shared", "format", "protocol", "writer"},
+    "record": {"shared", "format", "protocol", "transport"},
     "query": {"shared", "format"},
     "analysis": {"shared", "format", "query"},
     "app": {"shared", "format", "query", "analysis"},
@@ -57,6 +60,8 @@ ALLOWED = {
 FORBIDDEN_EXTERNAL = {
     "shared": {"torch", "dash", "plotly"},
     "format": {"torch", "dash", "plotly"},
+    # the training process imports it: nothing heavy
+    "protocol": {"torch", "dash", "plotly", "numpy", "pyarrow", "pandas"},
     "writer": {"torch", "dash", "plotly"},
     "transport": {"torch", "dash", "plotly"},
     "record": {"dash", "plotly"},
@@ -162,4 +167,14 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path, monkeypatch):
 ])
 def test_no_torch_on_the_way(statement):
     code = f"import sys\n{statement}\nassert 'torch' not in sys.modules, 'torch was imported'\n"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT)
+
+
+def test_the_protocol_loads_nothing_heavy():
+    """The training process imports the writer's protocol module: it must bring neither
+    numpy, pyarrow nor torch, nor any other module of the writer."""
+    code = ("import sys\nimport comgra_like.writer.protocol\n"
+            "heavy = {'torch', 'numpy', 'pyarrow'} & set(sys.modules)\n"
+            "writer = [m for m in sys.modules if m.startswith('comgra_like.writer.')]\n"
+            "assert not heavy and writer == ['comgra_like.writer.protocol'], (heavy, writer)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=ROOT)

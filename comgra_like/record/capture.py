@@ -9,12 +9,12 @@ per slot and reused: per step only the copies remain.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from dataclasses import dataclass
 
 import torch
 
+from ..writer.protocol import CaptureSpec, graphs_part, layout_part, samples_part, step_body
 from .step import Registration, Step
 
 
@@ -25,7 +25,7 @@ class CapturePlan:
     order: list[int]  # tensor index per view (sorted by size)
     views: list[torch.Tensor]
     refs: list[int]  # segment, offset per view
-    layout: list[tuple]  # the writer's description per view
+    layout: list[CaptureSpec]  # the writer's description per view
     fill: list[int]  # the slot's fill after this call
     needed: int
     complex: bool
@@ -95,9 +95,10 @@ class Capturer:
                 seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
             views.append(seg.view[offset:offset + n].view(t.shape))
             refs += (seg_index, offset)
-            layout.append((reg.tensor_name, reg.node, reg.role, reg.kind, reg.iteration,
-                           recording_types[i], tuple(t.shape), reg.batch_dim, reg.per_sample,
-                           reg.with_values, reg.param_index))
+            layout.append(CaptureSpec(reg.tensor_name, reg.node, reg.role, reg.kind,
+                                      reg.iteration, recording_types[i], tuple(t.shape),
+                                      reg.batch_dim, reg.per_sample, reg.with_values,
+                                      reg.param_index))
         return CapturePlan(order, views, refs, layout, list(slot.fill), slot.needed,
                             any(t.is_complex() for t in tensors), next(self._plan_ids))
 
@@ -116,12 +117,11 @@ class Capturer:
             layout = [x for plan in plans for x in plan.layout]
             refs = [x for plan in plans for x in plan.refs]
             layout_id, new = writer.layout_id(tuple(layout))
-            head = f'"layout_id":{layout_id},"refs":{json.dumps(refs, separators=(",", ":"))}'
             if len(self._msg_parts) >= 256:
                 self._msg_parts.clear()
-            self._msg_parts[key] = (writer.layout_generation, head)
-            if new:  # the writer learns the layout with this message only
-                head += ',"layout":' + json.dumps(layout, separators=(",", ":"))
+            self._msg_parts[key] = (writer.layout_generation, layout_part(layout_id, refs))
+            # the writer learns the layout with this message only
+            head = layout_part(layout_id, refs, layout if new else None)
         else:
             head = cached[1]
         parts_key = (type_of_execution, tuple(samples), tuple(categories))
@@ -129,13 +129,7 @@ class Capturer:
         if parts is None:
             if len(self._json_parts) >= 256:
                 self._json_parts.clear()
-            parts = self._json_parts[parts_key] = (
-                f'"toe":{json.dumps(type_of_execution)},'
-                f'"samples":{json.dumps(samples)},'
-                f'"categories":{json.dumps(categories)}'
-            )
-        graphs = ",".join([f'[{i},"{h}"]' for i, h in sorted(step.graphs.items())])
-        return (
-            f'{head},"step":{step.training_step},{parts},'
-            f'"batch_size":{batch_size},"wall":{time.time()!r},"graphs":[{graphs}]'
-        )
+            parts = self._json_parts[parts_key] = samples_part(type_of_execution, samples,
+                                                               categories)
+        return step_body(head, step.training_step, parts, batch_size, time.time(),
+                         graphs_part(step.graphs))

@@ -22,7 +22,6 @@ Two transports run the same ``Worker``:
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import queue
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from ..errors import ConfigurationError, StorageError
 from ..format.trial import mark_trial_aborted
+from ..writer import protocol
 from .shm import ALIGN, MIN_SEGMENT, Segment, Slot
 
 log = logging.getLogger("comgra_like")
@@ -93,19 +93,25 @@ class WriterClient:
         self._closed_reply = False
         self._ready = False
         self._dying = False  # _fail_dead() is reading the last replies
+        # The writer's configuration: the first message it gets.
+        self._start = protocol.Start(protocol.PROTOCOL_VERSION, str(self.trial_dir), trial_id,
+                                     bool(calculate_svd), self._segment_prefix,
+                                     self._segment_dirs, self._flush_seconds)
         if mode == "process":
             try:
-                self._start_process(trial_id, calculate_svd)
+                self._start_process()
+            except StorageError:  # the writer started and said why it cannot write
+                raise
             except OSError as e:  # no usable interpreter (embedded python, ...)
                 log.warning("comgra_like: cannot start the writer process (%s); writing from "
                             "a thread of this process instead", e)
                 self.mode = mode = "thread"
         if mode == "thread":
-            self._start_thread(trial_id, calculate_svd)
+            self._start_thread()
 
     # ----- transports -------------------------------------------------------------------
 
-    def _start_process(self, trial_id: str, calculate_svd: bool) -> None:
+    def _start_process(self) -> None:
         package_parent = str(Path(__file__).resolve().parents[2])
         code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
                 "from comgra_like.writer.process import main; sys.exit(main())")
@@ -122,10 +128,10 @@ class WriterClient:
         if not sys.executable:
             raise OSError("sys.executable is empty")
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(self.trial_dir), trial_id,
-             "1" if calculate_svd else "0", self._segment_prefix, *self._segment_dirs],
+            [sys.executable, "-c", code],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, bufsize=0, env=env,
         )
+        self._send(self._start)
         self._in_fd = self._proc.stdout.fileno()
         # Replies are read without a select() first: a read that finds nothing returns.
         os.set_blocking(self._in_fd, False)
@@ -142,13 +148,13 @@ class WriterClient:
                 self._proc.kill()
                 raise StorageError("the writer process did not start within 120 s")
 
-    def _start_thread(self, trial_id: str, calculate_svd: bool) -> None:
+    def _start_thread(self) -> None:
         from ..writer.worker import Worker
 
         self._proc = None
         self._to_worker: queue.Queue = queue.Queue()
         self._from_worker: queue.Queue = queue.Queue()
-        worker = Worker(self.trial_dir, trial_id, calculate_svd)
+        worker = Worker(self._start)
 
         def run():
             while True:
@@ -158,8 +164,8 @@ class WriterClient:
                     worker.tick()
                     worker.report_failure(self._from_worker.put)
                     continue
-                if msg["op"] == "abandon":
-                    worker.end_abnormally(msg["reason"])
+                if isinstance(msg, _Abandon):
+                    worker.end_abnormally(msg.reason)
                     return
                 if not worker.handle(msg, self._from_worker.put):
                     return
@@ -173,15 +179,14 @@ class WriterClient:
     def _abandon(self) -> None:
         if not self._closed and not self._closing and self._thread.is_alive():
             self._closing = True
-            self._to_worker.put({"op": "abandon", "reason": (
-                "the training process ended without finalize()")})
+            self._to_worker.put(_Abandon("the training process ended without finalize()"))
             self._thread.join(timeout=60)
 
-    def _send(self, msg: dict) -> None:
+    def _send(self, msg: protocol.Message) -> None:
         if self._proc is None:
             self._to_worker.put(msg)
             return
-        self._write(json.dumps(msg, separators=(",", ":")))
+        self._write(msg.encode())
 
     def _write(self, text: str) -> None:
         if self._closing:
@@ -268,23 +273,23 @@ class WriterClient:
             *lines, self._pending = self._pending.split(b"\n")
             msgs = []
             for line in lines:
-                if line[:1] == b"f":  # "f<slot>": a slot was freed (see writer/process.py)
+                if line[:1] == b"f":  # "f<slot>": a slot was freed (protocol.free_line)
                     self._free.append(int(line[1:]))
                 else:
-                    msgs.append(json.loads(line))
+                    msgs.append(protocol.decode(line))
         for msg in msgs:
-            op = msg["op"]
-            if msg.get("error") and self._error is None:
-                self._error = msg["error"]
-            if op == "free":
-                self._free.append(msg["slot"])
-            elif op == "flushed":
-                self._flushed_id = max(self._flushed_id, msg["id"])
-            elif op == "error":
-                self._error = msg["message"]
-            elif op == "closed":
+            error = getattr(msg, "error", None)
+            if error and self._error is None:
+                self._error = error
+            if isinstance(msg, protocol.Free):
+                self._free.append(msg.slot)
+            elif isinstance(msg, protocol.Flushed):
+                self._flushed_id = max(self._flushed_id, msg.id)
+            elif isinstance(msg, protocol.Failed):
+                self._error = msg.message
+            elif isinstance(msg, protocol.Closed):
                 self._closed_reply = True
-            elif op == "ready":
+            elif isinstance(msg, protocol.Ready):
                 self._ready = True
         return True
 
@@ -319,7 +324,7 @@ class WriterClient:
             if self._proc is not None:
                 # Training waits for the writer from now on: it stops giving way to this
                 # process's threads for the step it is reducing (scheduling.py).
-                self._write("h")
+                self._write(protocol.HURRY.decode())
         self._wait_for(lambda: bool(self._free))
         slot = self._slots[self._free.pop()]
         # A slot that overflowed into more segments keeps them (allocate() grows the last
@@ -357,8 +362,7 @@ class WriterClient:
             seg = Segment(nelems, None)
             slot.segments.append(seg)
             slot.fill.append(0)
-            self._send({"op": "segment", "slot": slot.index, "index": index, "nelems": nelems,
-                        "buffer": seg.mm})
+            self._send(protocol.Segment(slot.index, index, nelems, buffer=seg.mm))
         else:
             seg = None
             for folder in self._segment_dirs:
@@ -379,8 +383,7 @@ class WriterClient:
             # _fail_dead() unlinks it with the others.
             slot.segments.append(seg)
             slot.fill.append(0)
-            self._send({"op": "segment", "slot": slot.index, "index": index, "nelems": nelems,
-                        "path": seg.path})
+            self._send(protocol.Segment(slot.index, index, nelems, path=seg.path))
 
     # ----- messages -------------------------------------------------------------------------
 
@@ -402,14 +405,14 @@ class WriterClient:
     def submit_batch(self, slot: Slot, body: str) -> None:
         """Send a filled slot; the writer frees it once it has read it.
 
-        ``body`` is the JSON text of the batch message's fields without the braces and
-        without ``op`` and ``slot`` (the recorder keeps the parts that repeat encoded).
+        ``body`` is ``protocol.step_body(...)`` of the step: the recorder keeps the parts
+        that repeat from step to step encoded.
         """
         self._raise_if_failed()
         self._largest_need = max(self._largest_need, slot.needed)
-        text = f'{{"op":"batch","slot":{slot.index},{body}}}'
+        text = protocol.step_line(slot.index, body)
         if self._proc is None:
-            self._to_worker.put(json.loads(text))
+            self._to_worker.put(protocol.decode(text))
             return
         self._write(text)
         # Replies (slots freed, errors) are read when a slot is needed, and at least every
@@ -423,7 +426,7 @@ class WriterClient:
 
     def submit_kpis(self, rows: list) -> None:
         self._raise_if_failed()
-        self._send({"op": "kpis", "rows": rows})
+        self._send(protocol.Kpis(rows))
 
     @property
     def flush_seconds(self) -> float:
@@ -432,7 +435,7 @@ class WriterClient:
     @flush_seconds.setter
     def flush_seconds(self, value: float) -> None:
         self._flush_seconds = float(value)
-        self._send({"op": "config", "flush_seconds": self._flush_seconds})
+        self._send(protocol.Config(self._flush_seconds))
 
     def drain(self) -> None:
         """Block until the writer has taken in every recorded step sent so far.
@@ -448,7 +451,7 @@ class WriterClient:
         self._raise_if_failed()
         self._flush_id += 1
         target = self._flush_id
-        self._send({"op": "flush", "id": target})
+        self._send(protocol.Flush(target))
         self._wait_for(lambda: self._flushed_id >= target, timeout,
                        f"writing the shards of {self.trial_dir} timed out")
         self._raise_if_failed()
@@ -555,7 +558,7 @@ class WriterClient:
         if self._closing:  # given up on already (_give_up): it finishes on its own
             self._closed = True
             self._raise_if_failed()
-        self._send({"op": "close"})
+        self._send(protocol.Close())
         self._closing = True
         if self._proc is None:
             self._thread.join()
@@ -580,3 +583,10 @@ class WriterClient:
             for seg in slot.segments:
                 seg.close(unlink=True)  # the writer is gone: whatever it did not unlink
         self._raise_if_failed()
+
+
+class _Abandon:
+    """Thread transport only: the interpreter exits without finalize()."""
+
+    def __init__(self, reason: str):
+        self.reason = reason

@@ -8,18 +8,14 @@ inline). The training process only copies the recorded tensors into shared memor
 process reduces them with numpy, builds Arrow tables and writes the shards while
 training goes on. It imports no torch.
 
-Protocol (one JSON object per line; replies on the original stdout):
-
-* ``segment`` {slot, index, path, nelems}: map a shared-memory file (then unlink it)
-* ``batch`` {slot, layout_id, [layout], refs, step, toe, samples, categories, batch_size,
-  wall, graphs}: one recorded step; replied with ``free`` {slot} once the shared memory
-  has been read (sent as the line ``f<slot>``, not as JSON: it is the common reply)
-* ``kpis`` {rows}: rows of the KPI table
-* ``config`` {flush_seconds}
-* ``flush`` {id}: write everything buffered, reply ``flushed`` {id}
-* ``close``: write everything, reply ``closed``, exit.
-* the plain line ``h`` (not JSON): the training process waits for a free slot from now
-  on; the step being reduced stops giving way to other threads (``scheduling.py``)
+The messages (``protocol.py``) come one per line on stdin, the replies go to the original
+stdout. The first line is the configuration (``Start``: trial folder, trial id, options,
+the protocol version, which must be this module's); ``Ready`` answers it once the writer
+runs. Then: ``Segment`` (map a slot's shared memory), ``Step`` (one recorded step,
+answered with ``f<slot>`` once its shared memory has been read), ``Kpis``, ``Config``,
+``Flush`` (answered with ``Flushed``), ``Close`` (write everything, answer ``Closed``,
+exit), and the plain line ``h`` (the training process waits for a free slot from now on:
+the step being reduced stops giving way to other threads, ``scheduling.py``).
 
 When the input ends without ``close``, or the training process is gone (its pid is no
 longer this process's parent: children it forked, e.g. DataLoader workers, may keep the
@@ -41,14 +37,13 @@ handling (a line that is no JSON, ...) is handled the same way, then the process
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
 import sys
 from collections import deque
-from pathlib import Path
 
+from . import protocol
 from .scheduling import Courtesy
 from .worker import Worker, warm_up
 
@@ -85,7 +80,7 @@ class _Input:
         self._pending += chunk
         *lines, self._pending = self._pending.split(b"\n")
         for line in lines:
-            if line == b"h":
+            if line == protocol.HURRY:
                 self._hurry = True
             elif line:
                 self.lines.append(line)
@@ -99,12 +94,9 @@ class _Input:
         return hurry
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the writer process:
-    ``worker.py TRIAL_DIR TRIAL_ID SVD(0|1) SEGMENT_PREFIX SEGMENT_DIR...``."""
-    argv = sys.argv[1:] if argv is None else argv
-    trial_dir, trial_id, svd = argv[0], argv[1], argv[2] == "1"
-    segment_prefix, segment_dirs = argv[3], argv[4:]
+def main() -> int:
+    """Entry point of the writer process; its configuration is the first line of its input
+    (``protocol.Start``)."""
     parent = os.getppid()
     # Ctrl-C in the terminal, or a scheduler's SIGTERM, reaches the whole process group:
     # the training process decides what happens (it may still call finalize()); this one
@@ -114,18 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints must not corrupt the replies
     sys.stdout = sys.stderr
-    worker = Worker(Path(trial_dir), trial_id, svd)
     listening = [True]
 
-    def reply(obj: dict) -> None:
+    def reply(msg: protocol.Message) -> None:
         if not listening[0]:
             return
-        if obj["op"] == "free" and len(obj) == 2:
-            # The one reply of every recorded step, in a form the training process reads
-            # without a JSON parse (see WriterClient._receive).
-            data = b"f%d\n" % obj["slot"]
-        else:
-            data = (json.dumps(obj) + "\n").encode()
+        data = (msg.encode() + "\n").encode()
         try:
             while data:
                 data = data[os.write(out_fd, data):]
@@ -133,11 +119,23 @@ def main(argv: list[str] | None = None) -> int:
             listening[0] = False
 
     source = _Input(0)
+    while not source.lines:
+        if not source.read():
+            return 1  # the training process went away before it said what to write
+    start = protocol.decode(source.lines.popleft())
+    if not isinstance(start, protocol.Start) or start.protocol != protocol.PROTOCOL_VERSION:
+        theirs = getattr(start, "protocol", None)
+        reply(protocol.Failed(
+            f"the writer speaks protocol {protocol.PROTOCOL_VERSION}, the training process "
+            f"{theirs if theirs is not None else type(start).__name__}: they come from "
+            "different installations of comgra_like; reinstall it so that both are the same"))
+        return 1
+    worker = Worker(start)
     ended = "the training process ended without finalize() (it crashed or was killed)"
     try:
         warm_up()
         courtesy = Courtesy(source.hurried)
-        reply({"op": "ready"})
+        reply(protocol.Ready())
         running = True
         while running:
             if not source.lines:
@@ -156,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         source.read_rest()
                         listening[0] = False
                         while source.lines and running:
-                            running = worker.handle(json.loads(source.lines.popleft()), reply)
+                            running = worker.handle(protocol.decode(source.lines.popleft()),
+                                                    reply)
                         break
                     worker.tick()
                     worker.report_failure(reply)
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
             while source.lines and running:
                 line = source.lines.popleft()
-                running = worker.handle(json.loads(line), reply, courtesy.start())
+                running = worker.handle(protocol.decode(line), reply, courtesy.start())
         if not running:
             ended = ""  # "close" was handled: everything is written
     except Exception as e:  # noqa: BLE001 - reported, and what was received is written
@@ -176,13 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         worker.end_abnormally(ended)
     # A training process killed between creating a segment and announcing it leaves the
     # file behind; nothing uses the prefix any more.
-    for folder in segment_dirs:
+    for folder in start.segment_dirs:
         try:
             names = os.listdir(folder)
         except OSError:
             continue
         for name in names:
-            if name.startswith(segment_prefix):
+            if start.segment_prefix and name.startswith(start.segment_prefix):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:

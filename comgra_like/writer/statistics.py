@@ -10,11 +10,13 @@ layout of a step (which tensors, where in memory) is planned once and cached.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from ..vocabulary import FORWARD, STATISTIC_INDEX, UPDATE
+from .protocol import CaptureSpec, Start
 from .rows import CaptureMeta, build_tensor_table, row_layout
 from .stats import (
     CHUNK_VALUES,
@@ -25,37 +27,11 @@ from .stats import (
     top_singular_value,
 )
 
+if TYPE_CHECKING:
+    from .processors import StepInput
+
 _NORM = STATISTIC_INDEX["norm"]
 
-
-
-@dataclass(frozen=True)
-class CaptureSpec:
-    """One captured tensor as the training process describes it."""
-
-    tensor_name: str
-    node: str
-    role: str
-    kind: str
-    iteration: int
-    recording_type: str
-    shape: tuple[int, ...]
-    batch_dim: int | None
-    per_sample: bool
-    with_values: bool
-    param_index: int
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    @classmethod
-    def from_list(cls, x: list) -> CaptureSpec:
-        return cls(x[0], x[1], x[2], x[3], int(x[4]), x[5], tuple(int(s) for s in x[6]),
-                   None if x[7] is None else int(x[7]), bool(x[8]), bool(x[9]), int(x[10]))
 
 
 # (layout key, grouping, samples) -> (batch metas, flat metas, row layout); see below
@@ -181,7 +157,8 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                          svd_vectors: dict[int, np.ndarray] | None, release=None,
                          layout_key: object = None, pause=None,
                          arrays_key: object = None) -> pa.Table | None:
-    """Statistics, values and rows of one recorded step.
+    """Statistics, values and rows of one recorded step: :func:`reduce_step`, then
+    ``release()`` (the arrays are no longer needed), then :func:`tensor_table`.
 
     ``arrays[i]`` holds the values of ``specs[i]`` (flat float32; for an ``update``
     capture the parameter *after* the optimizer step, the update is computed here).
@@ -197,9 +174,40 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
     """
     if pause is None:
         pause = _no_pause
+    reduced = reduce_step(trial_id, step, toe, samples, specs, arrays, svd_vectors,
+                          layout_key, pause, arrays_key)
+    if release is not None:
+        release()
+    return tensor_table(reduced, pause)
+
+
+@dataclass
+class Reduced:
+    """A step's numbers, taken out of the shared memory; what :func:`tensor_table` needs."""
+
+    trial_id: str
+    step: int
+    toe: str
+    samples: list[int]
+    batch_meta: list
+    flat_meta: list
+    rows: object  # the row layout
+    agg_stats: np.ndarray
+    sample_stats: np.ndarray
+    agg_vals: np.ndarray
+    sample_vals: np.ndarray
+    flat_stats: np.ndarray
+    flat_vals: np.ndarray
+    svd: dict
+
+
+def reduce_step(trial_id: str, step: int, toe: str, samples: list[int],
+                specs: list[CaptureSpec], arrays: list[np.ndarray],
+                svd_vectors: dict[int, np.ndarray] | None, layout_key: object,
+                pause, arrays_key: object) -> Reduced | None:
+    """Every statistic of a step (the part that reads ``arrays``); None without captures.
+    The arguments are those of :func:`compute_tensor_table`."""
     if not specs:
-        if release is not None:
-            release()
         return None
     plan = None
     plan_key = None
@@ -270,9 +278,15 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
                 pause()
                 svd[p], svd_vectors[p] = top_singular_value(w.reshape(spec.shape),
                                                             svd_vectors.get(p))
-    del forward_param, vecs, plan
-    if release is not None:
-        release()
+    return Reduced(trial_id, step, toe, samples, batch_meta, flat_meta, rows, agg_stats,
+                   sample_stats, agg_vals, sample_vals, flat_stats, flat_vals, svd)
+
+
+def tensor_table(r: Reduced | None, pause) -> pa.Table | None:
+    """The rows of the tensors table of a reduced step (None: a step without captures)."""
+    if r is None:
+        return None
+    flat_meta, flat_stats = r.flat_meta, r.flat_stats
     # Update ratio: norm of the update over the norm of the weight before it.
     forward_norm = {m.param_index: flat_stats[m.segment, _NORM] for m in flat_meta
                     if m.recording_type == FORWARD and m.param_index >= 0}
@@ -284,12 +298,31 @@ def compute_tensor_table(trial_id: str, step: int, toe: str, samples: list[int],
             ratio[m.param_index] = float(u / w) if w else float("nan")
     pause()
     return build_tensor_table(
-        trial_id=trial_id, training_step=step, type_of_execution=toe, sample_indices=samples,
-        batch_meta=batch_meta, batch_agg_stats=agg_stats, batch_sample_stats=sample_stats,
-        batch_agg_values=agg_vals, batch_sample_values=sample_vals, flat_meta=flat_meta,
-        flat_stats=flat_stats, flat_values=flat_vals, svd_top=svd, update_ratio=ratio,
-        layout=rows,
+        trial_id=r.trial_id, training_step=r.step, type_of_execution=r.toe,
+        sample_indices=r.samples, batch_meta=r.batch_meta, batch_agg_stats=r.agg_stats,
+        batch_sample_stats=r.sample_stats, batch_agg_values=r.agg_vals,
+        batch_sample_values=r.sample_vals, flat_meta=flat_meta, flat_stats=flat_stats,
+        flat_values=r.flat_vals, svd_top=r.svd, update_ratio=ratio, layout=r.rows,
     )
+
+
+class TensorStatistics:
+    """The step processor of the tensors table: statistics and values of every capture
+    (the first of ``processors.PROCESSORS``). It keeps the warm starts of the singular
+    value iterations from step to step."""
+
+    presorted = ("tensors",)  # a step's rows come sorted, after the steps before it
+
+    def __init__(self, start: Start):
+        self.svd_vectors: dict[int, np.ndarray] | None = {} if start.calculate_svd else None
+
+    def reduce(self, step: StepInput, pause) -> Reduced | None:
+        m = step.message
+        return reduce_step(step.trial_id, m.step, m.toe, m.samples, step.specs, step.arrays,
+                           self.svd_vectors, step.layout_key, pause, step.arrays_key)
+
+    def tables(self, reduced: Reduced | None, pause) -> dict[str, pa.Table | None]:
+        return {"tensors": tensor_table(reduced, pause)}
 
 
 def _no_pause() -> None:

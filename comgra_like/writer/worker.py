@@ -3,7 +3,7 @@ thread of the training process): one ``Worker`` per recorded trial.
 
 It reduces each recorded step (``statistics.py``), buffers the rows and writes them as
 shards (``shards.py``); after a failure it writes what it had received, marks the trial
-``aborted`` and reports the failure once. The messages are described in ``process.py``.
+``aborted`` and reports the failure once. The messages are ``protocol.py``'s.
 """
 
 from __future__ import annotations
@@ -13,16 +13,21 @@ import mmap
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from ..format.files import LOCAL, Files
 from ..format.schema import KPIS_SCHEMA, STEPS_SCHEMA
 from ..format.trial import mark_trial_aborted
-from ..vocabulary import FORWARD, UPDATE
+from ..vocabulary import FORWARD, INPUT, PARAMETER, UPDATE
+from . import protocol
+from .processors import StepInput, make_processors
+from .protocol import CaptureSpec, Start
 from .shards import ShardBuffer
-from .statistics import _PLAN_CACHE, CaptureSpec, compute_tensor_table
+from .statistics import _PLAN_CACHE
 
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _NOT_A_FOLDER = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
@@ -55,12 +60,13 @@ def _meaning(e: BaseException) -> str:
 class Worker:
     """Handles the messages of one trial's training process (used by both transports)."""
 
-    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool,
-                 background_writes: bool = True):
-        self.trial_id = trial_id
-        self.trial_dir = Path(trial_dir)
-        self.shards = ShardBuffer(Path(trial_dir), background=background_writes)
-        self.svd_vectors: dict[int, np.ndarray] | None = {} if calculate_svd else None
+    def __init__(self, start: Start, background_writes: bool = True, files: Files = LOCAL):
+        self.trial_id = start.trial_id
+        self.trial_dir = Path(start.trial_dir)
+        self.files = files
+        self.shards = ShardBuffer(self.trial_dir, background=background_writes,
+                                  flush_seconds=start.flush_seconds, files=files)
+        self.processors = make_processors(start)
         self.segments: dict[tuple[int, int], np.ndarray] = {}
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
@@ -96,41 +102,42 @@ class Worker:
 
     # ----- messages -----------------------------------------------------------------
 
-    def handle(self, msg: dict, reply, pause=None) -> bool:
-        """Handle one message; ``reply(dict)`` answers. False: the worker should exit.
+    def handle(self, msg: protocol.Message, reply: Callable[[protocol.Message], None],
+               pause: Callable[[], None] | None = None) -> bool:
+        """Handle one message; ``reply`` answers. False: the worker should exit.
 
         ``pause`` is called between units of a recorded step's work (see
         ``scheduling.Courtesy``).
         """
-        op = msg["op"]
-        if op == "close":
-            self._guard(self._write_and_wait)
-            reply({"op": "closed", "error": self.failed})
-            return False
-        if op == "flush":
-            self._guard(self._write_and_wait)
-            reply({"op": "flushed", "id": msg["id"], "error": self.failed})
-            return True
-        if op == "batch":
+        if isinstance(msg, protocol.Step):
             freed = []
 
             def release():
                 if not freed:
                     freed.append(True)
-                    reply({"op": "free", "slot": msg["slot"]})
+                    reply(protocol.Free(msg.slot))
 
-            self._guard(lambda: self._batch(msg, release, pause))
+            self._guard(lambda: self._step(msg, release, pause or _no_pause))
             release()
-        elif op == "segment":
-            if "buffer" in msg:
-                self.add_segment(msg["slot"], msg["index"], msg["buffer"], msg["nelems"])
+        elif isinstance(msg, protocol.Close):
+            self._guard(self._write_and_wait)
+            reply(protocol.Closed(self.failed))
+            return False
+        elif isinstance(msg, protocol.Flush):
+            self._guard(self._write_and_wait)
+            reply(protocol.Flushed(msg.id, self.failed))
+            return True
+        elif isinstance(msg, protocol.Segment):
+            if msg.buffer is not None:
+                self.add_segment(msg.slot, msg.index, msg.buffer, msg.nelems)
             else:
-                self._guard(lambda: self.map_segment(msg["slot"], msg["index"], msg["path"],
-                                                     msg["nelems"]))
-        elif op == "kpis":
-            self._guard(lambda: self._kpis(msg["rows"]))
-        elif op == "config":
-            self.shards.flush_seconds = float(msg["flush_seconds"])
+                self._guard(lambda: self.map_segment(msg.slot, msg.index, msg.path, msg.nelems))
+        elif isinstance(msg, protocol.Kpis):
+            self._guard(lambda: self._kpis(msg.rows))
+        elif isinstance(msg, protocol.Config):
+            self.shards.flush_seconds = float(msg.flush_seconds)
+        else:
+            self._guard(lambda: _refuse(msg))
         if self.failed is None and self.shards.must_flush():
             self._guard(self._write)
         self.report_failure(reply)
@@ -140,7 +147,7 @@ class Worker:
         """Send the failure, once, if there is one."""
         if self.failed is not None and not self._reported:
             self._reported = True
-            reply({"op": "error", "message": self.failed})
+            reply(protocol.Failed(self.failed))
 
     def _buffer_step_rows(self) -> None:
         rows = self._step_rows
@@ -212,42 +219,46 @@ class Worker:
         ``aborted`` in its trial.json."""
         if self.failed is None:
             self._guard(self._write_and_wait)
-        mark_trial_aborted(self.trial_dir, reason)
+        mark_trial_aborted(self.trial_dir, reason, self.files)
 
-    def _batch(self, msg: dict, release, pause=None) -> None:
+    def _step(self, msg: protocol.Step, release, pause) -> None:
         self._steps_received += 1
-        if "layout" in msg:
-            self.layouts[msg["layout_id"]] = [CaptureSpec.from_list(x) for x in msg["layout"]]
-            self.layout_keys[msg["layout_id"]] = object()  # stands for this layout in caches
-        specs = self.layouts[msg["layout_id"]]
-        refs = msg["refs"]
-        slot = msg["slot"]
+        if msg.layout is not None:
+            self.layouts[msg.layout_id] = msg.layout
+            self.layout_keys[msg.layout_id] = object()  # stands for this layout in caches
+        specs = self.layouts[msg.layout_id]
+        refs = msg.refs
+        slot = msg.slot
         arrays = []
         for i, s in enumerate(specs):
             seg, off = refs[2 * i], refs[2 * i + 1]
             arrays.append(self.segments[(slot, seg)][off:off + s.numel])
-        samples = msg["samples"]
-        tensors = compute_tensor_table(self.trial_id, msg["step"], msg["toe"], samples, specs,
-                                       arrays, self.svd_vectors, release,
-                                       layout_key=self.layout_keys[msg["layout_id"]],
-                                       pause=pause,
-                                       arrays_key=(slot, tuple(refs)))
-        del arrays
+        step = StepInput(self.trial_id, msg, specs, arrays, self.layout_keys[msg.layout_id],
+                         (slot, tuple(refs)))
+        reduced = [p.reduce(step, pause) for p in self.processors]
+        del arrays, step
+        release()
+        tables = [p.tables(r, pause) for p, r in zip(self.processors, reduced)]
+        del reduced
         rows = self._step_rows
-        for iteration, graph_hash in msg["graphs"]:
+        samples = msg.samples
+        for iteration, graph_hash in msg.graphs:
             rows["trial_id"].append(self.trial_id)
-            rows["training_step"].append(msg["step"])
-            rows["type_of_execution"].append(msg["toe"])
+            rows["training_step"].append(msg.step)
+            rows["type_of_execution"].append(msg.toe)
             rows["iteration"].append(int(iteration))
             rows["graph_hash"].append(graph_hash)
-            rows["batch_size"].append(msg["batch_size"])
+            rows["batch_size"].append(msg.batch_size)
             rows["sample_indices"].append(samples)
-            rows["sample_categories"].append(msg["categories"])
-            rows["wall_time"].append(msg["wall"])
+            rows["sample_categories"].append(msg.categories)
+            rows["wall_time"].append(msg.wall)
         # Steps strictly increase (the recorder checks it) and each step's tensor rows
         # come sorted: the tensor shard needs no sort.
-        self.shards.add({"tensors": tensors}, presorted=("tensors",))
-        if tensors is None:  # nothing else starts the clock of the next shard
+        added = False
+        for p, t in zip(self.processors, tables):
+            self.shards.add(t, presorted=p.presorted)
+            added = added or any(x is not None and x.num_rows for x in t.values())
+        if not added:  # nothing else starts the clock of the next shard
             self._buffer_step_rows()
 
     def _kpis(self, rows: list) -> None:
@@ -272,20 +283,29 @@ def warm_up() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="comgra_like-warm-up-") as tmp:
-        worker = Worker(Path(tmp), "warm-up", calculate_svd=True, background_writes=False)
+        worker = Worker(protocol.Start(protocol.PROTOCOL_VERSION, tmp, "warm-up", True),
+                        background_writes=False)
         buffer = bytearray(4 * 64)
-        worker.add_segment(0, 0, buffer, 64)
-        layout = [["x", "x", "x", "input", 0, FORWARD, [2, 3], 0, True, True, -1],
-                  ["w", "w", "w", "parameter", -1, FORWARD, [2, 2], None, False, False, 0],
-                  ["w", "w", "w", "parameter", -1, UPDATE, [2, 2], None, False, False, 0]]
-        replies = []
+        spec = protocol.CaptureSpec
+        layout = [spec("x", "x", "x", INPUT, 0, FORWARD, (2, 3), 0, True, True, -1),
+                  spec("w", "w", "w", PARAMETER, -1, FORWARD, (2, 2), None, False, False, 0),
+                  spec("w", "w", "w", PARAMETER, -1, UPDATE, (2, 2), None, False, False, 0)]
+        replies: list = []
         for msg in (
-            {"op": "batch", "slot": 0, "layout_id": 0, "layout": layout, "refs": [0, 0, 0, 16, 0, 32],
-             "step": 0, "toe": "warm_up", "samples": [0], "categories": [""], "batch_size": 2,
-             "wall": 0.0, "graphs": [[0, "0" * 64]]},
-            {"op": "kpis", "rows": [["g", "k", "warm_up", 0, 1.0, 0.0]]},
-            {"op": "flush", "id": 1},
+            protocol.Segment(0, 0, 64, buffer=buffer),
+            protocol.Step(0, 0, [0, 0, 0, 16, 0, 32], 0, "warm_up", [0], [""], 2, 0.0,
+                          [[0, "0" * 64]], layout),
+            protocol.Kpis([["g", "k", "warm_up", 0, 1.0, 0.0]]),
+            protocol.Flush(1),
         ):
             worker.handle(msg, replies.append)
         if worker.failed is not None:
             raise RuntimeError(f"the writer's self-test failed: {worker.failed}")
+
+
+def _refuse(msg: protocol.Message) -> None:
+    raise protocol.ProtocolError(f"the writer does not take {type(msg).__name__} messages here")
+
+
+def _no_pause() -> None:
+    pass

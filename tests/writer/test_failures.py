@@ -12,6 +12,7 @@ import pytest
 
 from comgra_like.errors import StorageError
 from comgra_like.query import open_group
+from comgra_like.writer import protocol
 
 from .helpers import new_recorder, record_steps
 
@@ -65,9 +66,9 @@ def test_a_failure_on_one_message_keeps_every_step_buffered_before_it(tmp_path, 
     writer.drain()
     assert not (tmp_path / "g/trials/t/steps").exists()
     if damage == "unknown layout":
-        writer._send({"op": "batch", "slot": 0, "layout_id": 999, "refs": [], "step": 5,
-                      "toe": "x", "samples": [], "categories": [], "batch_size": 4,
-                      "wall": 0.0, "graphs": []})
+        writer._send(protocol.Step(slot=0, layout_id=999, refs=[], step=5, toe="x",
+                                   samples=[], categories=[], batch_size=4, wall=0.0,
+                                   graphs=[]))
         expected = "KeyError: 999"
     else:
         writer._write("this is not JSON")

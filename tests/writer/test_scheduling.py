@@ -9,7 +9,8 @@ import pytest
 
 from comgra_like.writer import scheduling
 from comgra_like.writer.process import _Input
-from comgra_like.writer.statistics import CaptureSpec, compute_tensor_table
+from comgra_like.writer.protocol import CaptureSpec
+from comgra_like.writer.statistics import compute_tensor_table
 
 
 @pytest.fixture
