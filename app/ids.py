@@ -1,4 +1,4 @@
-"""Component ids shared by layouts, callbacks, the keyboard script and tests.
+"""Component ids shared by layouts, callbacks, assets/comgra.js and tests.
 
 Selector controls use pattern-matching ids (``{"type": ..., "field": ...}``) so that one
 selection callback serves every page: on pages without the Tensors selectors the
@@ -13,7 +13,7 @@ URL = "url"
 PAGE = "page"
 SELECTION = "selection"  # dcc.Store, per browser tab (sessionStorage)
 DATA_STATUS = "data-status"  # dcc.Store, the last DataStatus this tab saw
-KEY_EVENT = "key-event"  # dcc.Store written by assets/keyboard.js
+KEY_EVENT = "key-event"  # dcc.Store the arrow keys write (assets/comgra.js)
 TICK = "tick"  # dcc.Interval
 BANNER = "banner"
 BADGE = "live-badge"

@@ -8,11 +8,18 @@ from comgra_like.app import cli
 
 @pytest.fixture
 def no_serving(monkeypatch):
-    """Replace Dash's server: record what main() would run."""
-    calls = []
+    """Replace Dash's server: record what main() would run (the run's arguments; the app
+    it would serve is at ``.apps``)."""
+
+    class Calls(list):
+        """One entry per run: its arguments; ``apps``: the apps it would serve."""
+
+    calls = Calls()
+    calls.apps = []
 
     def fake_run(self, **kwargs):
         calls.append(kwargs)
+        calls.apps.append(self)
 
     monkeypatch.setattr("dash.Dash.run", fake_run)
     return calls
@@ -27,17 +34,7 @@ def test_defaults_bind_localhost_and_print_the_url(no_serving, tiny_group, capsy
     assert "http://127.0.0.1:8055/" in out
 
 
-def test_options_reach_the_app(no_serving, tiny_group, tmp_path, monkeypatch):
-    seen = {}
-    import comgra_like.app as app_package
-
-    real = app_package.create_app
-
-    def spy(path, **kwargs):
-        seen.update(kwargs, path=path)
-        return real(path, **kwargs)
-
-    monkeypatch.setattr(app_package, "create_app", spy)
+def test_options_reach_the_app(no_serving, tiny_group, tmp_path):
     plugin = tmp_path / "vis.py"
     plugin.write_text("def create_visualization(ctx):\n    return 'x'\n")
     assert (
@@ -57,8 +54,11 @@ def test_options_reach_the_app(no_serving, tiny_group, tmp_path, monkeypatch):
         )
         == 0
     )
-    assert seen["refresh_seconds"] == 0.5 and seen["cache_bytes"] == 64 * 2**20
-    assert seen["visualization_file"] == plugin
+    parts = no_serving.apps[0].comgra_parts
+    assert parts.data.refresh_seconds == 0.5
+    caches = parts.data.cache_usage()
+    assert caches["derived_limit"] + caches["query_limit"] == 64 * 2**20
+    assert parts.plugin.path == plugin.resolve()
     assert no_serving[0]["port"] == 9000
 
 
