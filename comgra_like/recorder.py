@@ -30,7 +30,7 @@ from .errors import (
     StorageError,
     TrainingStepError,
 )
-from .format.files import append_jsonl, write_json
+from .format.layout import TrialLayout
 from .format.schema import (
     MAX_TRIAL_ID_LENGTH,
     SCHEMA_VERSION,
@@ -48,10 +48,10 @@ from .vocabulary import (
     DEFAULT_TYPE_OF_EXECUTION,
     FORWARD,
     PARAMETER,
+    RUNNING,
     UPDATE,
     gradient_type,
 )
-from .writer.compaction import compact_trial
 
 log = logging.getLogger("comgra_like")
 
@@ -119,7 +119,7 @@ class ComgraRecorder:
         self.calculate_svd = bool(calculate_svd_and_other_expensive_operations_of_parameters)
         self.trial_id = trial_id
         self.group_path = Path(comgra_root_path) / group
-        self.trial_path = self.group_path / "trials" / trial_id
+        self.trial_path = TrialLayout.of(self.group_path, trial_id).root
         _prepare_trial_folder(self.trial_path)
         self._created = time.time()
         self._settings = {
@@ -129,8 +129,9 @@ class ComgraRecorder:
             "calculate_svd_and_other_expensive_operations_of_parameters": self.calculate_svd,
             "decision_maker_for_recordings": repr(decision_maker_for_recordings),
         }
-        self._write_trial_json("running")
-        self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd)
+        # The writer writes every file of the trial, trial.json first.
+        self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd,
+                                    trial=self._trial_json())
         self._module_tree: list[dict] = []
         self._params: list[Parameter] = []
         self._module_groups: list[str | None] = []  # per parameter, for the graph
@@ -155,23 +156,21 @@ class ComgraRecorder:
 
     # ----- metadata ---------------------------------------------------------------------
 
-    def _write_trial_json(self, status: str) -> None:
-        write_json(
-            self.trial_path / "trial.json",
-            {
-                "schema_version": SCHEMA_VERSION,
-                "trial_id": self.trial_id,
-                "group": self.group_path.name,
-                "created": self._created,
-                "status": status,
-                "settings": self._settings,
-                "versions": {
-                    "comgra_like": __version__,
-                    "torch": torch.__version__,
-                    "python": platform.python_version(),
-                },
+    def _trial_json(self) -> dict:
+        """The trial's trial.json while it runs (the writer marks it finished)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "trial_id": self.trial_id,
+            "group": self.group_path.name,
+            "created": self._created,
+            "status": RUNNING,
+            "settings": self._settings,
+            "versions": {
+                "comgra_like": __version__,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
             },
-        )
+        }
 
     def track_module(self, module_name: str, module: torch.nn.Module) -> None:
         """Track a module: its parameters are recorded on every recorded step."""
@@ -218,7 +217,7 @@ class ComgraRecorder:
             total = sum(int(p.numel()) for p in sub.parameters())
             self._module_tree.append({"name": full, "parent": parent, "parameters": params,
                                       "num_parameters_total": total})
-        write_json(self.trial_path / "modules.json", {"modules": self._module_tree})
+        self._writer.submit_modules(self._module_tree)
 
     def get_name_of_module(self, module: torch.nn.Module) -> str:
         """The full name (``parent.child``) under which ``module`` is tracked."""
@@ -241,8 +240,7 @@ class ComgraRecorder:
                 "finished and its files are final; add notes before finalize()"
             )
         log.info("comgra_like note: %s", note)
-        append_jsonl(self.trial_path / "notes.jsonl", {"text": str(note), "wall_time": time.time(),
-                                                      "training_step": self.training_step})
+        self._writer.submit_note(str(note), time.time(), self.training_step)
 
     # ----- the batch ----------------------------------------------------------------------
 
@@ -609,9 +607,7 @@ class ComgraRecorder:
             self._stage = "idle"
         self._finalized = True
         self._submit_kpis()
-        self._writer.close()
-        compact_trial(self.trial_path)
-        self._write_trial_json("finished")
+        self._writer.close(finish=True)  # compacts the trial and marks it finished
 
     # ----- KPIs ---------------------------------------------------------------------------
 
@@ -667,10 +663,8 @@ class ComgraRecorder:
     # ----- graph structures and sending a recorded step -----------------------------------
 
     def _write_graph(self, digest: str, structure: dict) -> None:
-        """A graph structure seen for the first time in this trial."""
-        path = self.trial_path / "graphs" / f"{digest}.json"
-        if not path.exists():
-            write_json(path, structure)
+        """A graph structure seen for the first time in this trial: the writer stores it."""
+        self._writer.submit_graph(digest, structure)
 
     def _send_step(self) -> None:
         """Copy the forward values and the updated parameters, and send the step.
@@ -709,7 +703,8 @@ def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:
 
 
 def _prepare_trial_folder(trial_path: Path) -> None:
-    """Create the trial's folder, replacing an earlier recording of the same trial.
+    """Make room for the trial's folder (the writer creates it): delete an earlier
+    recording of the same trial.
 
     Replacing deletes nothing but that trial's own folder: the resolved path must sit
     directly in the group's ``trials`` folder, and a symbolic link is refused rather than
@@ -743,13 +738,6 @@ def _prepare_trial_folder(trial_path: Path) -> None:
                 f"cannot delete the earlier recording {trial_path} to replace it ({e}); "
                 "delete it by hand or choose another trial_id"
             ) from None
-    try:
-        trial_path.mkdir()
-    except OSError as e:
-        raise StorageError(
-            f"cannot create the trial folder {trial_path} ({type(e).__name__}: "
-            f"{e.strerror or e}); check that the folder is writable"
-        ) from None
 
 
 _INT64_MAX = 2**63 - 1

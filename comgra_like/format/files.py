@@ -161,17 +161,3 @@ def _remove_quietly(path: str | os.PathLike) -> None:
 
 #: The local disk: what every writer uses today.
 LOCAL = Files()
-
-
-# Until the writer owns these writes too (issue 13), the recorder writes the trial's
-# metadata itself with these two.
-def write_json(path: Path, obj: Any) -> None:
-    LOCAL.write_json(path, obj)
-
-
-def append_jsonl(path: Path, obj: dict) -> None:
-    """Append one JSON line and flush it, so a killed process loses at most that line."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, sort_keys=True) + "\n")
-        f.flush()

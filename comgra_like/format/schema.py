@@ -12,6 +12,8 @@ import re
 import pyarrow as pa
 
 from ..vocabulary import STATISTICS
+from .layout import NOTES_DIR
+from .notes import NOTES_SCHEMA
 
 SCHEMA_VERSION = 1
 """Bumped whenever a reader of an older version could misread new files."""
@@ -75,6 +77,9 @@ KPIS_SCHEMA = pa.schema(
 
 #: The schema of each table in ``layout.TABLES``.
 SCHEMAS = {"steps": STEPS_SCHEMA, "tensors": TENSORS_SCHEMA, "kpis": KPIS_SCHEMA}
+#: Every table written as shards (compacted alike): ``layout.TABLES`` and the notes,
+#: whose rows stay in the order the notes were taken.
+SHARD_SCHEMAS = {**SCHEMAS, NOTES_DIR: NOTES_SCHEMA}
 
 # Sort keys inside one shard (and inside a compacted file).
 SORT_KEYS = {

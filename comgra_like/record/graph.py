@@ -8,12 +8,11 @@ nearest ones behind it, so shared sub-graphs are walked once per batch.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import GraphError
+from ..format.graphs import canonical_hash
 from ..vocabulary import PARAMETER
 
 if TYPE_CHECKING:
@@ -127,12 +126,6 @@ def find_cycle(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> list[s
                 path.append(nxt)
                 iters.append(iter(succ[nxt]))
     return None
-
-
-def canonical_hash(structure: dict) -> str:
-    """sha256 of the canonical JSON of a graph structure; equal across processes."""
-    data = json.dumps(structure, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
 
 
 def _rel_iteration(reg: Registration, iteration: int):

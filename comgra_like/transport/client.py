@@ -51,9 +51,9 @@ STALL_SECONDS = 300.0
 class WriterClient:
     """Sends recorded steps to the writer; the recorder's only door to the disk."""
 
-    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool, *, slots: int = 2,
-                 max_slots: int = 8, slot_budget_bytes: int = 128 * 2**20,
-                 mode: str | None = None):
+    def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool, *,
+                 trial: dict | None = None, slots: int = 2, max_slots: int = 8,
+                 slot_budget_bytes: int = 128 * 2**20, mode: str | None = None):
         self.trial_dir = Path(trial_dir)
         mode = mode or os.environ.get("COMGRA_LIKE_WRITER") or (
             "process" if os.name == "posix" else "thread")
@@ -96,7 +96,7 @@ class WriterClient:
         # The writer's configuration: the first message it gets.
         self._start = protocol.Start(protocol.PROTOCOL_VERSION, str(self.trial_dir), trial_id,
                                      bool(calculate_svd), self._segment_prefix,
-                                     self._segment_dirs, self._flush_seconds)
+                                     self._segment_dirs, self._flush_seconds, trial)
         if mode == "process":
             try:
                 self._start_process()
@@ -155,6 +155,10 @@ class WriterClient:
         self._to_worker: queue.Queue = queue.Queue()
         self._from_worker: queue.Queue = queue.Queue()
         worker = Worker(self._start)
+        worker.open_trial()
+        if worker.failed is not None:
+            self._error = worker.failed
+            self._raise_if_failed()
 
         def run():
             while True:
@@ -428,6 +432,21 @@ class WriterClient:
         self._raise_if_failed()
         self._send(protocol.Kpis(rows))
 
+    def submit_note(self, text: str, wall_time: float, training_step: int | None) -> None:
+        self._raise_if_failed()
+        self._send(protocol.Note(text, wall_time, training_step))
+
+    def submit_modules(self, modules: list) -> None:
+        """The module tree (modules.json), all of it."""
+        self._raise_if_failed()
+        self._send(protocol.Modules(modules))
+
+    def submit_graph(self, digest: str, structure: dict) -> None:
+        """A graph structure not sent before; the writer stores it before any step that
+        names it reaches the disk."""
+        self._raise_if_failed()
+        self._send(protocol.Graph(digest, structure))
+
     @property
     def flush_seconds(self) -> float:
         return self._flush_seconds
@@ -550,15 +569,16 @@ class WriterClient:
                 pass
         self._raise_if_failed()
 
-    def close(self) -> None:
-        """Write everything and stop the writer."""
+    def close(self, finish: bool = False) -> None:
+        """Write everything and stop the writer; ``finish``: the recording is complete,
+        the writer compacts the trial and marks it finished."""
         if self._closed:
             self._raise_if_failed()
             return
         if self._closing:  # given up on already (_give_up): it finishes on its own
             self._closed = True
             self._raise_if_failed()
-        self._send(protocol.Close())
+        self._send(protocol.Close(finish))
         self._closing = True
         if self._proc is None:
             self._thread.join()

@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from ..errors import StorageError
 from ..format.files import LOCAL, Files
-from ..format.layout import TABLES, TrialLayout, compact_name, live_shards, shard_range
-from ..format.schema import SCHEMAS, row_group_size
+from ..format.layout import TrialLayout, compact_name, live_shards, shard_range
+from ..format.schema import SHARD_SCHEMAS, row_group_size
 
 log = logging.getLogger("comgra_like")
 
@@ -34,7 +34,7 @@ def compact_trial(trial_dir: str | os.PathLike, files: Files = LOCAL) -> dict[st
     if not files.is_file(trial.trial_json):
         raise StorageError(f"{trial.root} is not a trial folder (no trial.json in it)")
     merged = {}
-    for kind in TABLES:
+    for kind, schema in SHARD_SCHEMAS.items():
         folder = trial.table(kind)
         present = files.list(folder)
         if not present:
@@ -63,8 +63,8 @@ def compact_trial(trial_dir: str | os.PathLike, files: Files = LOCAL) -> dict[st
         # inside, so writing them in sequence order keeps the merged file sorted.
         files.write_parquet_stream(
             folder / compact_name(first, last),
-            SCHEMAS[kind],
-            (files.read_parquet(folder / name, schema=SCHEMAS[kind]) for name in used),
+            schema,
+            (files.read_parquet(folder / name, schema=schema) for name in used),
             row_group_size=row_group_size(kind),
         )
         for name in used:

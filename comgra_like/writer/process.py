@@ -11,11 +11,13 @@ training goes on. It imports no torch.
 The messages (``protocol.py``) come one per line on stdin, the replies go to the original
 stdout. The first line is the configuration (``Start``: trial folder, trial id, options,
 the protocol version, which must be this module's); ``Ready`` answers it once the writer
-runs. Then: ``Segment`` (map a slot's shared memory), ``Step`` (one recorded step,
-answered with ``f<slot>`` once its shared memory has been read), ``Kpis``, ``Config``,
-``Flush`` (answered with ``Flushed``), ``Close`` (write everything, answer ``Closed``,
-exit), and the plain line ``h`` (the training process waits for a free slot from now on:
-the step being reduced stops giving way to other threads, ``scheduling.py``).
+runs and has written trial.json. Then: ``Segment`` (map a slot's shared memory), ``Step``
+(one recorded step, answered with ``f<slot>`` once its shared memory has been read),
+``Kpis``, ``Note``, ``Modules``, ``Graph``, ``Config``, ``Flush`` (answered with
+``Flushed``), ``Close`` (write everything, with ``finish`` compact the trial and mark it
+finished, answer ``Closed``, exit), and the plain line ``h`` (the training process waits
+for a free slot from now on: the step being reduced stops giving way to other threads,
+``scheduling.py``). This process is the only writer of the trial folder.
 
 When the input ends without ``close``, or the training process is gone (its pid is no
 longer this process's parent: children it forked, e.g. DataLoader workers, may keep the
@@ -49,6 +51,10 @@ from .worker import Worker, warm_up
 
 # How often an idle writer checks that its training process is still there.
 PARENT_CHECK_SECONDS = 0.5
+
+
+class _NotStarted(Exception):
+    """The trial could not be opened (``Worker.failed`` says why)."""
 
 
 class _Input:
@@ -133,6 +139,9 @@ def main() -> int:
     worker = Worker(start)
     ended = "the training process ended without finalize() (it crashed or was killed)"
     try:
+        worker.open_trial()
+        if worker.failed is not None:
+            raise _NotStarted
         warm_up()
         courtesy = Courtesy(source.hurried)
         reply(protocol.Ready())
@@ -167,6 +176,9 @@ def main() -> int:
                 running = worker.handle(protocol.decode(line), reply, courtesy.start())
         if not running:
             ended = ""  # "close" was handled: everything is written
+    except _NotStarted:  # trial.json could not be written: the reason is all there is
+        worker.report_failure(reply)
+        ended = ""
     except Exception as e:  # noqa: BLE001 - reported, and what was received is written
         worker.fail(e)
         worker.report_failure(reply)

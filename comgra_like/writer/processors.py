@@ -12,8 +12,8 @@ To add one:
    and ``tables`` as :class:`StepProcessor` describes, made from the writer's
    configuration (``protocol.Start``);
 2. its table's name in ``format.layout.TABLES`` and its schema and sort keys in
-   ``format.schema`` (a new folder of shards per trial, compacted like the others), and
-   the table in docs/FORMAT.md;
+   ``format.schema.SCHEMAS`` and ``SORT_KEYS`` (a new folder of shards per trial, written
+   and compacted like the others), and the table in docs/FORMAT.md;
 3. the class in :data:`PROCESSORS` below.
 
 ``reduce`` runs while training may wait for the slot: take only what must be read from

@@ -24,7 +24,7 @@ when the training process speaks another version (:class:`Start`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
 PROTOCOL_VERSION = 1
@@ -80,7 +80,8 @@ class Message:
 
     def encode(self) -> str:
         """The message as one line of JSON (without the newline)."""
-        return json.dumps({"op": self.OP, **asdict(self)}, separators=_COMPACT)
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        return json.dumps({"op": self.OP, **body}, separators=_COMPACT)
 
     @classmethod
     def from_json(cls, obj: dict) -> Message:
@@ -89,7 +90,8 @@ class Message:
 
 @dataclass
 class Start(Message):
-    """The writer's configuration: the first message, answered with :class:`Ready`."""
+    """The writer's configuration: the first message, answered with :class:`Ready` once
+    the writer runs and has written ``trial`` (trial.json, status running) if given."""
 
     OP: ClassVar[str] = "start"
     protocol: int  # PROTOCOL_VERSION of the training process
@@ -99,6 +101,7 @@ class Start(Message):
     segment_prefix: str = ""  # shared-memory files of this prefix are the writer's to delete
     segment_dirs: list[str] = field(default_factory=list)
     flush_seconds: float = 1.0
+    trial: dict | None = None  # the trial's trial.json
 
 
 @dataclass
@@ -218,9 +221,39 @@ class Flush(Message):
 
 @dataclass
 class Close(Message):
-    """Write everything and exit; answered with :class:`Closed`."""
+    """Write everything and exit; answered with :class:`Closed`. ``finish``: the recording
+    is complete (``finalize()``): compact the trial, then set its status to finished."""
 
     OP: ClassVar[str] = "close"
+    finish: bool = False
+
+
+@dataclass
+class Modules(Message):
+    """The module and parameter tree (modules.json), all of it each time it grows."""
+
+    OP: ClassVar[str] = "modules"
+    modules: list
+
+
+@dataclass
+class Note(Message):
+    """A note for the Notes page (a row of the notes table)."""
+
+    OP: ClassVar[str] = "note"
+    text: str
+    wall_time: float
+    training_step: int | None
+
+
+@dataclass
+class Graph(Message):
+    """A dependency-graph structure seen for the first time, named by ``digest``
+    (``format.graphs.canonical_hash``); the writer stores it once."""
+
+    OP: ClassVar[str] = "graph"
+    digest: str
+    structure: dict
 
 
 # ----- writer -> training process -----------------------------------------------------
@@ -270,7 +303,7 @@ class Closed(Message):
 
 
 _MESSAGES: dict[str, type[Message]] = {
-    m.OP: m for m in (Start, Segment, Step, Kpis, Config, Flush, Close,
+    m.OP: m for m in (Start, Segment, Step, Kpis, Config, Flush, Close, Modules, Note, Graph,
                       Ready, Free, Flushed, Failed, Closed)
 }
 

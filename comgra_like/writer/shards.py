@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.files import LOCAL, Files
-from ..format.layout import TABLES, TrialLayout, part_name, shard_range
-from ..format.schema import SCHEMAS, SORT_KEYS, row_group_size
+from ..format.layout import TrialLayout, part_name, shard_range
+from ..format.schema import SHARD_SCHEMAS, SORT_KEYS, row_group_size
 
 RELEASE_SECONDS = 30.0  # how often unused Arrow memory goes back to the system
 # The order a flush writes its shards in: steps last, so that a reader that sees a step
-# row finds its tensors already on disk.
-WRITE_ORDER = ("tensors", "kpis", "steps")
+# row finds its tensors (and everything else) already on disk.
+WRITE_ORDER = (*(kind for kind in SHARD_SCHEMAS if kind != "steps"), "steps")
 
 
 def sort_table(kind: str, table: pa.Table) -> pa.Table:
@@ -67,11 +67,11 @@ class ShardBuffer:
         self.flush_rows = flush_rows
         self.flush_bytes = flush_bytes
         self.flush_seconds = flush_seconds
-        self._buffers: dict[str, list[pa.Table]] = {k: [] for k in TABLES}
-        self._buffered_rows = dict.fromkeys(TABLES, 0)
+        self._buffers: dict[str, list[pa.Table]] = {k: [] for k in WRITE_ORDER}
+        self._buffered_rows = dict.fromkeys(WRITE_ORDER, 0)
         self._buffered_bytes = 0
         self._oldest: float | None = None
-        self._next_seq = {k: self._first_free_seq(k) for k in TABLES}
+        self._next_seq = {k: self._first_free_seq(k) for k in WRITE_ORDER}
         self._unsorted: set[str] = set()
         self.shards_written = 0
         self._last_release = time.monotonic()
@@ -160,7 +160,7 @@ class ShardBuffer:
             if unsorted:
                 table = sort_table(kind, table)
             self.files.write_parquet(self.trial.table(kind) / part_name(seq),
-                                     table.cast(SCHEMAS[kind]),
+                                     table.cast(SHARD_SCHEMAS[kind]),
                                      row_group_size=row_group_size(kind))
             self.shards_written += 1
         # Arrow's allocator keeps freed memory for reuse. Handing it back to the system

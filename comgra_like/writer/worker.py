@@ -20,10 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from ..format.files import LOCAL, Files
+from ..format.graphs import is_graph_digest
+from ..format.layout import NOTES_DIR, TrialLayout
+from ..format.notes import NOTES_SCHEMA
 from ..format.schema import KPIS_SCHEMA, STEPS_SCHEMA
 from ..format.trial import mark_trial_aborted
-from ..vocabulary import FORWARD, INPUT, PARAMETER, UPDATE
+from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, UPDATE
 from . import protocol
+from .compaction import compact_trial
 from .processors import StepInput, make_processors
 from .protocol import CaptureSpec, Start
 from .shards import ShardBuffer
@@ -58,12 +62,19 @@ def _meaning(e: BaseException) -> str:
 
 
 class Worker:
-    """Handles the messages of one trial's training process (used by both transports)."""
+    """Handles the messages of one trial's training process (used by both transports).
+
+    Every file of the trial is written here, through ``files`` (the filesystem seam):
+    trial.json, modules.json, graphs, the shards of every table, compaction.
+    """
 
     def __init__(self, start: Start, background_writes: bool = True, files: Files = LOCAL):
         self.trial_id = start.trial_id
         self.trial_dir = Path(start.trial_dir)
+        self.trial = TrialLayout(self.trial_dir)
         self.files = files
+        self._trial_json = start.trial
+        self._graphs_written: set[str] = set()
         self.shards = ShardBuffer(self.trial_dir, background=background_writes,
                                   flush_seconds=start.flush_seconds, files=files)
         self.processors = make_processors(start)
@@ -77,6 +88,12 @@ class Worker:
         # Rows of the steps table, column by column, made into one table when shards are
         # written: a table per recorded step cost ~0.4 ms of this process's CPU.
         self._step_rows: dict[str, list] = {name: [] for name in STEPS_SCHEMA.names}
+
+    def open_trial(self) -> None:
+        """Write trial.json (status running) before the first message is handled; on
+        failure ``failed`` says why (the training process raises it at once)."""
+        if self._trial_json is not None:
+            self._guard(lambda: self.files.write_json(self.trial.trial_json, self._trial_json))
 
     # ----- segments -----------------------------------------------------------------
 
@@ -121,6 +138,8 @@ class Worker:
             release()
         elif isinstance(msg, protocol.Close):
             self._guard(self._write_and_wait)
+            if msg.finish:
+                self._guard(self._finish)
             reply(protocol.Closed(self.failed))
             return False
         elif isinstance(msg, protocol.Flush):
@@ -134,6 +153,13 @@ class Worker:
                 self._guard(lambda: self.map_segment(msg.slot, msg.index, msg.path, msg.nelems))
         elif isinstance(msg, protocol.Kpis):
             self._guard(lambda: self._kpis(msg.rows))
+        elif isinstance(msg, protocol.Graph):
+            self._guard(lambda: self._graph(msg.digest, msg.structure))
+        elif isinstance(msg, protocol.Note):
+            self._guard(lambda: self._note(msg))
+        elif isinstance(msg, protocol.Modules):
+            self._guard(lambda: self.files.write_json(self.trial.modules_json,
+                                                      {"modules": msg.modules}))
         elif isinstance(msg, protocol.Config):
             self.shards.flush_seconds = float(msg.flush_seconds)
         else:
@@ -261,6 +287,32 @@ class Worker:
         if not added:  # nothing else starts the clock of the next shard
             self._buffer_step_rows()
 
+    def _graph(self, digest: str, structure: dict) -> None:
+        """Written at once, so before any step row that names it is on disk; once per
+        name (the name is a hash of the content)."""
+        if digest in self._graphs_written:
+            return
+        if not is_graph_digest(digest):
+            raise protocol.ProtocolError(f"{digest[:80]!r} is no graph name (64 hex digits)")
+        path = self.trial.graph(digest)
+        if not self.files.exists(path):
+            self.files.write_json(path, structure)
+        self._graphs_written.add(digest)
+
+    def _note(self, note: protocol.Note) -> None:
+        table = pa.table({"trial_id": [self.trial_id], "text": [note.text],
+                          "wall_time": [note.wall_time],
+                          "training_step": [note.training_step]}, schema=_NOTES_PLAIN)
+        # in the order taken: appended after every note before it
+        self.shards.add({NOTES_DIR: table.cast(NOTES_SCHEMA)}, presorted=(NOTES_DIR,))
+
+    def _finish(self) -> None:
+        """The recording is complete: compact it, then mark it finished."""
+        compact_trial(self.trial_dir, self.files)
+        if self._trial_json is not None:
+            self.files.write_json(self.trial.trial_json, {**self._trial_json,
+                                                          "status": FINISHED})
+
     def _kpis(self, rows: list) -> None:
         if not rows:
             return
@@ -301,6 +353,11 @@ def warm_up() -> None:
             worker.handle(msg, replies.append)
         if worker.failed is not None:
             raise RuntimeError(f"the writer's self-test failed: {worker.failed}")
+
+
+# The notes table with plain strings, cast to the dictionary-encoded schema once made.
+_NOTES_PLAIN = pa.schema([(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
+                          for f in NOTES_SCHEMA])
 
 
 def _refuse(msg: protocol.Message) -> None:
