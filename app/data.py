@@ -6,11 +6,11 @@ the query API (``comgra_like.query``); nothing here opens a file, builds a figur
 knows a page. What it derives is what the selection needs: the recorded steps, graphs
 and the index of what each step recorded (:class:`GroupOptions`).
 
-Caches: the query API's own LRU cache holds the raw tables (3/4 of ``cache_bytes``);
-a :class:`~comgra_like.app.cache.ByteLRU` (the remaining 1/4) holds what the GUI derives
-from them (option indexes, series, and the views' models through :meth:`AppData.cached`).
-Derived entries are keyed by the trial's data version, so a refresh that finds new data
-for a trial makes them stale by construction.
+One cache, one bound: the query API's :class:`~comgra_like.query.ByteLRU` of
+``cache_bytes`` holds both the raw tables the group reads and what the GUI derives from
+them (option indexes, series, and the views' models through :meth:`AppData.cached`),
+each under keys of its own namespace. Derived entries are keyed by the trial's data
+version, so a refresh that finds new data for a trial makes them stale by construction.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ import pandas as pd
 from comgra_like.errors import ComgraError, NotFoundError
 from comgra_like.vocabulary import ANY_TYPE
 
+from comgra_like.query.cache import ByteLRU, estimate_bytes
+
 from . import selection as sel
-from .cache import ByteLRU, estimate_bytes
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
+_NAMESPACE = "comgra_like.app"  # the first part of every key the GUI puts in the cache
 #: At most this many unforeseen read failures are kept for the banner (the log has all).
 MAX_READ_PROBLEMS = 50
 #: The last this many refreshes are kept (:meth:`AppData.refreshes`).
@@ -108,8 +110,7 @@ class AppData:
     ):
         self.path = Path(path).expanduser()
         self.refresh_seconds = float(refresh_seconds)
-        self.query_cache_bytes = int(cache_bytes * 3 // 4)
-        self.cache = ByteLRU(int(cache_bytes) - self.query_cache_bytes)
+        self.cache = ByteLRU(int(cache_bytes))
         if open_group is None:
             from comgra_like.query import open_group
         self._open_group = open_group
@@ -158,7 +159,7 @@ class AppData:
         started = time.perf_counter()
         if self._group is None:
             try:
-                self._group = self._open_group(self.path, cache_bytes=self.query_cache_bytes)
+                self._group = self._open_group(self.path, cache=self.cache)
             except ComgraError as exc:
                 self._problem = str(exc)
                 return time.perf_counter() - started
@@ -227,14 +228,9 @@ class AppData:
             return default
 
     def cache_usage(self) -> dict[str, int]:
-        """Bytes held and allowed by the derived cache and by the query API's cache."""
-        group = self._group
-        return {
-            "derived_bytes": self.cache.bytes,
-            "derived_limit": self.cache.max_bytes,
-            "query_bytes": int(group.cache_bytes_used) if group is not None else 0,
-            "query_limit": self.query_cache_bytes,
-        }
+        """Bytes held and allowed by the one cache (the query API's tables and what the
+        GUI derives from them)."""
+        return {"bytes": self.cache.bytes, "limit": self.cache.max_bytes}
 
     def trial_version(self, trial_id: str | None) -> int:
         """Grows whenever a refresh found something new in the trial (0: unknown trial)."""
@@ -251,6 +247,7 @@ class AppData:
         must contain :meth:`trial_version`.
         """
         missing = object()
+        key = (_NAMESPACE, key)  # the group's keys share the cache
         value = self.cache.get(key, missing)
         if value is missing:
             value = compute()
@@ -386,7 +383,7 @@ class AppData:
     def is_indexed(self, trial_id: str, training_step: int) -> bool:
         """Whether :meth:`tensor_index` of the step is in the cache (at the current version)."""
         key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
-        return self.cache.get(key) is not None
+        return self.cache.get((_NAMESPACE, key)) is not None
 
     def data_location(self, node: Any, role: str) -> tuple[str, str, int]:
         """(node, role, iteration) where a graph node's tensor is stored (follows aliases)."""

@@ -247,10 +247,8 @@ def serve(path: str, cache_mb: float, refresh_seconds: float, prefetch: bool = T
             {
                 "pid": os.getpid(),
                 "memory_kb": rss_kb(os.getpid()),
-                "app_cache_bytes": caches["derived_bytes"],
-                "app_cache_limit": caches["derived_limit"],
-                "query_cache_bytes": caches["query_bytes"],
-                "query_cache_limit": caches["query_limit"],
+                "cache_bytes": caches["bytes"],
+                "cache_limit": caches["limit"],
                 "arrow_bytes": pa.total_allocated_bytes(),
                 "arrow_pool": pa.default_memory_pool().backend_name,
                 "python_blocks": sys.getallocatedblocks(),
@@ -1410,15 +1408,12 @@ def section_memory(
         finally:
             server.stop()
         mb = 2**20
-        limit = (state["app_cache_limit"] + state["query_cache_limit"]) / mb
-        used = (state["app_cache_bytes"] + state["query_cache_bytes"]) / mb
-        used_first = (first["app_cache_bytes"] + first["query_cache_bytes"]) / mb
+        limit = state["cache_limit"] / mb
+        used = state["cache_bytes"] / mb
+        used_first = first["cache_bytes"] / mb
         growth = (marks[-1][1] - base[0]) / 1024
         live_growth = (marks[-1][2] - base[1]) / 1024
-        say(
-            f"  --cache-mb {cache_mb:g} (query API {state['query_cache_limit'] / mb:.0f} MB + "
-            f"app {state['app_cache_limit'] / mb:.0f} MB):"
-        )
+        say(f"  --cache-mb {cache_mb:g} (one cache for the query API and the app):")
         say(
             f"    RSS, MB (in brackets: after gc and giving freed memory back): idle server "
             f"{idle / 1024:.0f}; after the first view {base[0] / 1024:.0f} "
@@ -1431,8 +1426,7 @@ def section_memory(
             + f"; peak {state['memory_kb']['VmHWM'] / 1024:.0f}"
         )
         say(
-            f"    caches at the end {used:.1f} MB (query API {state['query_cache_bytes'] / mb:.1f}"
-            f", app {state['app_cache_bytes'] / mb:.1f}); Arrow allocations "
+            f"    cache at the end {used:.1f} MB; Arrow allocations "
             f"{state['arrow_bytes'] / mb:.0f} MB ({state['arrow_pool']})"
         )
         rows.append((label, cache_mb, used, used_first, limit, growth, live_growth))

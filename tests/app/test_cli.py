@@ -57,7 +57,7 @@ def test_options_reach_the_app(no_serving, tiny_group, tmp_path):
     parts = no_serving.apps[0].comgra_parts
     assert parts.data.refresh_seconds == 0.5
     caches = parts.data.cache_usage()
-    assert caches["derived_limit"] + caches["query_limit"] == 64 * 2**20
+    assert caches["limit"] == 64 * 2**20
     assert parts.plugin.path == plugin.resolve()
     assert no_serving[0]["port"] == 9000
 

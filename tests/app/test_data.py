@@ -107,8 +107,10 @@ def test_refreshes_and_cache_usage_are_reported(tmp_path, tiny_group):
     opened = data.refreshes()[-1]
     assert opened.version == data.group.version > 0
     assert 0 < opened.group_seconds <= opened.seconds
-    assert data.cache_usage()["derived_bytes"] == 0
+    before = data.cache_usage()["bytes"]
     data.tensor_index("trial_a", 0)
     usage = data.cache_usage()
-    assert 0 < usage["derived_bytes"] <= usage["derived_limit"]
-    assert 0 < usage["query_bytes"] <= usage["query_limit"]
+    assert before < usage["bytes"] <= usage["limit"]
+    # One cache: the group's tables and the GUI's derived values share the bound.
+    assert data.group.cache is data.cache
+    assert data.is_indexed("trial_a", 0) and data.group.cache_bytes_used == usage["bytes"]
