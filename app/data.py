@@ -27,9 +27,8 @@ from typing import Any
 import pandas as pd
 
 from comgra_like.errors import ComgraError, NotFoundError
-from comgra_like.vocabulary import ANY_TYPE
-
 from comgra_like.query.cache import ByteLRU, estimate_bytes
+from comgra_like.vocabulary import ANY_TYPE
 
 from . import selection as sel
 
