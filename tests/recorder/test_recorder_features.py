@@ -3,12 +3,12 @@
 import numpy as np
 import torch
 
-from comgra_like.record.kpi import KpiThinner
 from comgra_like.objects import (
     DecisionMakerForRecordingsFrequencyPerType,
     DecisionMakerForRecordingsHardcoded,
 )
 from comgra_like.query import open_group
+from comgra_like.record.kpi import KpiThinner
 from comgra_like.recorder import ComgraRecorder
 
 
