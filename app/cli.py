@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from comgra_like import paths
+from comgra_like.format.layout import TRIAL_JSON, TRIALS_DIR, is_hidden, trials_dir
 
 from .plugin import check_plugin_file
 
@@ -77,16 +78,16 @@ def describe_path(path: Path) -> tuple[str, str | None]:
             "error",
             f"{path} is a file; --path must be a group folder (<comgra_root_path>/<group>).",
         )
-    if (path / "trial.json").exists() and path.parent.name == "trials":
+    if (path / TRIAL_JSON).exists() and path.parent.name == TRIALS_DIR:
         return "error", (
             f"{path} is one trial; pass its group folder instead: --path {path.parent.parent}"
         )
-    if path.name == "trials" and (path.parent / "trials").is_dir():
+    if path.name == TRIALS_DIR and trials_dir(path.parent).is_dir():
         return "error", f"{path} is the trials folder; pass its group folder: --path {path.parent}"
-    trials = path / "trials"
+    trials = trials_dir(path)
     if not trials.is_dir():
         groups = (
-            sorted(p for p in path.iterdir() if (p / "trials").is_dir()) if path.is_dir() else []
+            sorted(p for p in path.iterdir() if trials_dir(p).is_dir()) if path.is_dir() else []
         )
         if groups:
             choices = ", ".join(str(g) for g in groups[:5])
@@ -98,7 +99,7 @@ def describe_path(path: Path) -> tuple[str, str | None]:
             f"{path} has no recordings yet (no trials/ folder). The GUI starts and "
             "waits for a recorder to write there."
         )
-    if not any(p.is_dir() and not p.name.startswith(".") for p in trials.iterdir()):
+    if not any(p.is_dir() and not is_hidden(p.name) for p in trials.iterdir()):
         return "wait", f"{path} has no trials yet. The GUI starts and waits for data."
     return "ok", None
 
