@@ -1236,7 +1236,7 @@ class LiveTrial:
             max_num_batch_size_to_record=4,
             calculate_svd_and_other_expensive_operations_of_parameters=False,
         )
-        rec._writer.flush_seconds = 0
+        rec.writer.flush_seconds = 0
         rec.track_module("net", net)
         self.staging = staging_root / "live-group" / "trials" / LIVE_TRIAL
         self.target = trials / LIVE_TRIAL
@@ -1249,14 +1249,13 @@ class LiveTrial:
             first = 0 if b == 0 else initial + (b - 1) * per_batch
             for step in range(first, first + count):
                 _record_step(rec, net, opt, step, batch, width)
-                rec._writer.flush()
-            rec._submit_kpis()
-            rec._writer.flush()
+                rec.writer.flush()  # the step's shards, without the KPIs kept back
+            rec.flush()  # and the batch's KPIs
             files = {p for p in self.staging.rglob("*") if p.is_file()}
             self.batches.append(sorted(files - seen))
             seen |= files
             self.last_step.append(first + count - 1)
-        rec._writer.close()  # not finalized: the trial stays "running", shards uncompacted
+        rec.writer.close()  # not finalized: the trial stays "running", shards uncompacted
         self.record_seconds = time.perf_counter() - started
         self.shards = [sum(1 for p in b if p.suffix == ".parquet") for b in self.batches]
 

@@ -325,12 +325,12 @@ def run_worker(args) -> dict:
 
         profiler = cProfile.Profile()
 
-    writer_pid = getattr(getattr(getattr(rec, "_writer", None), "_proc", None), "pid", None)
+    writer_pid = getattr(getattr(rec, "writer", None), "pid", None)
     # Recording every step, the writer is the bottleneck: without waiting for it at the
     # end of each recorded chunk, its backlog would be worked off during the next bare
     # chunk and charged to the bare loop (measured 2026-11-23: x1.8-2.3 that way, while
     # runs that recorded every one of 300-400 steps took x3.7-4.6 the bare time).
-    drain = getattr(getattr(rec, "_writer", None), "drain", None) if mode == "every" else None
+    drain = getattr(rec, "drain", None) if mode == "every" else None
     writer_cpu0 = _process_cpu_s(writer_pid)
     chunk = WORKLOAD["chunk"]
     a_times, b_times, b_recorded = [], [], []
@@ -362,7 +362,7 @@ def run_worker(args) -> dict:
 
     writer_cpu = None
     if writer_cpu0 is not None:
-        rec._writer.flush()  # the loop's recorded steps are all processed
+        rec.flush()  # the loop's recorded steps are all processed
         writer_cpu1 = _process_cpu_s(writer_pid)
         if writer_cpu1 is not None:
             writer_cpu = writer_cpu1 - writer_cpu0

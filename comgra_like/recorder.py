@@ -43,6 +43,7 @@ from .record.graph import GraphExtractor
 from .record.kpi import KpiBuffer
 from .record.step import Parameter, SignatureTable, Step, check_registration
 from .transport.client import WriterClient
+from .transport.lock import TrialLock
 from .vocabulary import (
     ANY_TYPE,
     DEFAULT_TYPE_OF_EXECUTION,
@@ -120,7 +121,7 @@ class ComgraRecorder:
         self.trial_id = trial_id
         self.group_path = Path(comgra_root_path) / group
         self.trial_path = TrialLayout.of(self.group_path, trial_id).root
-        _prepare_trial_folder(self.trial_path)
+        lock = _prepare_trial_folder(self.trial_path)
         self._created = time.time()
         self._settings = {
             "max_num_batch_size_to_record": max_num_batch_size_to_record,
@@ -130,8 +131,12 @@ class ComgraRecorder:
             "decision_maker_for_recordings": repr(decision_maker_for_recordings),
         }
         # The writer writes every file of the trial, trial.json first.
-        self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd,
-                                    trial=self._trial_json())
+        try:
+            self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd,
+                                        trial=self._trial_json(), lock=lock)
+        except BaseException:
+            lock.release()
+            raise
         self._module_tree: list[dict] = []
         self._params: list[Parameter] = []
         self._module_groups: list[str | None] = []  # per parameter, for the graph
@@ -594,6 +599,35 @@ class ComgraRecorder:
                     "it (this warning is shown once per name)",
                     self.training_step, name, name)
 
+    # ----- the writer -----------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until everything sent to the writer so far (recorded steps, KPIs, notes,
+        ...) is on disk, in shards a reader sees. ``timeout``: seconds to wait at most
+        (a StorageError then). A failure of the writer is raised here as StorageError."""
+        if not self.comgra_is_active or self._finalized:
+            return
+        self._submit_kpis()
+        self._writer.flush(timeout)
+
+    def drain(self) -> None:
+        """Block until the writer has taken in every recorded step sent so far (their
+        shared memory is free again); the rows may still wait in the writer for their
+        shard (``flush`` writes them). Benchmarks use it to measure the writer's work."""
+        if not self.comgra_is_active or self._finalized:
+            return
+        self._writer.drain()
+
+    @property
+    def writer(self):
+        """The connection to this recorder's writer (``comgra_like.transport.client``),
+        None when the recorder is inactive. Its public part: ``mode`` ("process" or
+        "thread"), ``pid`` (the writer process, None in a thread), ``flush_seconds``
+        (settable: how old buffered rows may get before they are written, default 1),
+        ``flush(timeout=None)``, ``drain()`` and ``close()`` (write everything and end the
+        writer without finalizing: the trial stays uncompacted and "running")."""
+        return getattr(self, "_writer", None)
+
     def finalize(self) -> None:
         """Write everything still buffered, compact the trial and mark it finished."""
         if not self.comgra_is_active or self._finalized:
@@ -702,13 +736,14 @@ def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:
     return order, [categories[i] for i in order]
 
 
-def _prepare_trial_folder(trial_path: Path) -> None:
-    """Make room for the trial's folder (the writer creates it): delete an earlier
-    recording of the same trial.
+def _prepare_trial_folder(trial_path: Path) -> TrialLock:
+    """Lock the trial and make room for its folder (the writer creates it): delete an
+    earlier recording of the same trial. Returns the lock (docs/FORMAT.md).
 
-    Replacing deletes nothing but that trial's own folder: the resolved path must sit
-    directly in the group's ``trials`` folder, and a symbolic link is refused rather than
-    followed. Folders that cannot be made give a StorageError that names them.
+    A trial another recorder holds is refused before anything is deleted. Replacing
+    deletes nothing but that trial's own folder: the resolved path must sit directly in
+    the group's ``trials`` folder, and a symbolic link is refused rather than followed.
+    Folders that cannot be made give a StorageError that names them.
     """
     trials = trial_path.parent
     try:
@@ -719,25 +754,32 @@ def _prepare_trial_folder(trial_path: Path) -> None:
             f"{e.strerror or e}); check that comgra_root_path is a folder (not a file) you can "
             "write to"
         ) from None
-    if trial_path.is_symlink():
-        raise StorageError(
-            f"{trial_path} is a symbolic link; a recording replaces its trial folder and will "
-            "not delete what a link points to. Remove the link or choose another trial_id"
-        )
-    if trial_path.exists():
-        if trial_path.resolve().parent != trials.resolve() or not trial_path.is_dir():
+    lock = TrialLock.take(trial_path.parent.parent, trial_path.name)
+    try:
+        if trial_path.is_symlink():
             raise StorageError(
-                f"{trial_path} exists and is not a trial folder inside {trials}; remove it or "
-                "choose another trial_id"
+                f"{trial_path} is a symbolic link; a recording replaces its trial folder and "
+                "will not delete what a link points to. Remove the link or choose another "
+                "trial_id"
             )
-        log.warning("comgra_like: replacing the existing recording %s", trial_path)
-        try:
-            shutil.rmtree(trial_path)
-        except OSError as e:
-            raise StorageError(
-                f"cannot delete the earlier recording {trial_path} to replace it ({e}); "
-                "delete it by hand or choose another trial_id"
-            ) from None
+        if trial_path.exists():
+            if trial_path.resolve().parent != trials.resolve() or not trial_path.is_dir():
+                raise StorageError(
+                    f"{trial_path} exists and is not a trial folder inside {trials}; remove it "
+                    "or choose another trial_id"
+                )
+            log.warning("comgra_like: replacing the existing recording %s", trial_path)
+            try:
+                shutil.rmtree(trial_path)
+            except OSError as e:
+                raise StorageError(
+                    f"cannot delete the earlier recording {trial_path} to replace it ({e}); "
+                    "delete it by hand or choose another trial_id"
+                ) from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 _INT64_MAX = 2**63 - 1

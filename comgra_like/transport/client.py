@@ -38,6 +38,7 @@ from pathlib import Path
 from ..errors import ConfigurationError, StorageError
 from ..format.trial import mark_trial_aborted
 from ..writer import protocol
+from .lock import TrialLock
 from .shm import ALIGN, MIN_SEGMENT, Segment, Slot
 
 log = logging.getLogger("comgra_like")
@@ -49,12 +50,20 @@ STALL_SECONDS = 300.0
 
 
 class WriterClient:
-    """Sends recorded steps to the writer; the recorder's only door to the disk."""
+    """Sends recorded steps to the writer; the recorder's only door to the disk.
+
+    Public for users, tests and benchmarks (``ComgraRecorder.writer``): ``mode``, ``pid``,
+    ``flush_seconds``, ``stall_seconds``, ``flush()``, ``drain()``, ``close()``. The
+    ``submit_*``, slot and layout methods are the recorder's.
+    """
 
     def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool, *,
-                 trial: dict | None = None, slots: int = 2, max_slots: int = 8,
-                 slot_budget_bytes: int = 128 * 2**20, mode: str | None = None):
+                 trial: dict | None = None, lock: TrialLock | None = None, slots: int = 2,
+                 max_slots: int = 8, slot_budget_bytes: int = 128 * 2**20,
+                 mode: str | None = None):
         self.trial_dir = Path(trial_dir)
+        # Held here and, inherited, by the writer process: released when both have ended.
+        self._lock = lock
         mode = mode or os.environ.get("COMGRA_LIKE_WRITER") or (
             "process" if os.name == "posix" else "thread")
         if mode not in ("process", "thread"):
@@ -127,9 +136,10 @@ class WriterClient:
         env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 * 2**20))
         if not sys.executable:
             raise OSError("sys.executable is empty")
+        held = (self._lock.fd,) if self._lock is not None and self._lock.fd is not None else ()
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, bufsize=0, env=env,
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            close_fds=True, pass_fds=held, bufsize=0, env=env,
         )
         self._send(self._start)
         self._in_fd = self._proc.stdout.fileno()
@@ -448,6 +458,11 @@ class WriterClient:
         self._send(protocol.Graph(digest, structure))
 
     @property
+    def pid(self) -> int | None:
+        """The writer process's pid (None: the writer is a thread of this process)."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def flush_seconds(self) -> float:
         return self._flush_seconds
 
@@ -597,6 +612,8 @@ class WriterClient:
                 self._error = self._death(self._proc.returncode)
                 mark_trial_aborted(self.trial_dir, self._error)
         self._closed = True
+        if self._lock is not None:
+            self._lock.release()  # the writer has ended: nobody writes the trial any more
         if self._proc is None:
             atexit.unregister(self._abandon)  # it would keep this client's memory alive
         for slot in self._slots:

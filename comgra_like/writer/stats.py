@@ -20,10 +20,10 @@ from ..vocabulary import STATISTIC_INDEX, STATISTICS
 
 # The last axis of every statistics array holds vocabulary.STATISTICS in their order.
 NUM_STATS = len(STATISTICS)
-_MEAN, _ABS_MEAN, _STD = STATISTIC_INDEX["mean"], STATISTIC_INDEX["abs_mean"], STATISTIC_INDEX["std"]
-_ABS_MAX, _MIN, _MAX = STATISTIC_INDEX["abs_max"], STATISTIC_INDEX["min"], STATISTIC_INDEX["max"]
-_NORM = STATISTIC_INDEX["norm"]
-_NAN_COUNT, _INF_COUNT = STATISTIC_INDEX["nan_count"], STATISTIC_INDEX["inf_count"]
+_I = STATISTIC_INDEX
+_MEAN, _ABS_MEAN, _STD, _ABS_MAX = _I["mean"], _I["abs_mean"], _I["std"], _I["abs_max"]
+_MIN, _MAX, _NORM = _I["min"], _I["max"], _I["norm"]
+_NAN_COUNT, _INF_COUNT = _I["nan_count"], _I["inf_count"]
 _COUNTS = [_NORM, _NAN_COUNT, _INF_COUNT]  # 0 for an empty tensor, the others NaN
 # Both counts with one index: a slice where they are neighbours (one numpy call).
 _BOTH_COUNTS = (slice(_NAN_COUNT, _INF_COUNT + 1) if _INF_COUNT == _NAN_COUNT + 1

@@ -14,16 +14,16 @@ from comgra_like.recorder import ComgraRecorder
 
 def test_a_killed_writer_process_is_reported_not_waited_for(tmp_path):
     import os
+    import signal
 
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(2))
-    rec._writer._proc.kill()
-    rec._writer._proc.wait()
+    os.kill(rec.writer.pid, signal.SIGKILL)
     with pytest.raises(StorageError, match=r"writer process \(pid \d+\) was killed by SIGKILL"):
         record_steps(rec, net, range(2, 10))
-        rec._writer.flush(timeout=60)
-    mine = rec._writer._segment_prefix
-    assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+        rec.flush(timeout=60)
+    mine = rec.writer._segment_prefix
+    assert not [n for n in os.listdir(rec.writer._shm_dir) if n.startswith(mine)]
     [trial] = open_group(tmp_path / "g").list_trials()
     assert trial.status == "aborted"
 
@@ -33,17 +33,17 @@ def test_shared_memory_is_not_left_behind(tmp_path):
 
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(4))
-    rec._writer.flush(timeout=60)
-    mine = rec._writer._segment_prefix
-    assert rec._writer._slots[0].segments  # shared memory was used
+    rec.flush(timeout=60)
+    mine = rec.writer._segment_prefix
+    assert rec.writer._slots[0].segments  # shared memory was used
     # The writer unlinks each segment as soon as it has mapped it.
-    assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+    assert not [n for n in os.listdir(rec.writer._shm_dir) if n.startswith(mine)]
     # A segment created but never announced (the training process killed in between):
     # the writer process removes it when it exits.
-    orphan = os.path.join(rec._writer._shm_dir, mine + "999")
+    orphan = os.path.join(rec.writer._shm_dir, mine + "999")
     open(orphan, "wb").close()
     rec.finalize()
-    assert not [n for n in os.listdir(rec._writer._shm_dir) if n.startswith(mine)]
+    assert not [n for n in os.listdir(rec.writer._shm_dir) if n.startswith(mine)]
 
 
 def test_without_a_usable_interpreter_the_writer_runs_in_a_thread(tmp_path, monkeypatch):
@@ -53,7 +53,7 @@ def test_without_a_usable_interpreter_the_writer_runs_in_a_thread(tmp_path, monk
     monkeypatch.setattr(sys, "executable", "")
     net = torch.nn.Linear(3, 2)
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    assert rec._writer.mode == "thread"
+    assert rec.writer.mode == "thread"
     rec.track_module("net", net)
     record_steps(rec, net, range(3))
     rec.finalize()
@@ -73,13 +73,13 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
 
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, [0])
-    rec._writer.flush(timeout=60)
-    writer = rec._writer
+    rec.flush(timeout=60)
+    writer = rec.writer
     expected = writer._max_slots
     if budget_slots is not None:
         writer._slot_budget = budget_slots * 4 * max(slot.needed for slot in writer._slots)
         expected = budget_slots
-    os.kill(writer._proc.pid, signal.SIGSTOP)
+    os.kill(writer.pid, signal.SIGSTOP)
     try:
         done = []
         t = threading.Thread(target=lambda: (record_steps(rec, net, range(1, 13)),
@@ -89,7 +89,7 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
         assert not done and t.is_alive()  # waiting for a slot
         assert len(writer._slots) == expected
     finally:
-        os.kill(writer._proc.pid, signal.SIGCONT)
+        os.kill(writer.pid, signal.SIGCONT)
     t.join(timeout=60)
     assert done
     waits = [r for r in caplog.records if "training waits for the writer" in r.getMessage()]
@@ -108,17 +108,17 @@ def test_drain_waits_until_the_writer_has_taken_in_every_step(tmp_path):
 
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, [0])
-    writer = rec._writer
-    os.kill(writer._proc.pid, signal.SIGSTOP)
+    writer = rec.writer
+    os.kill(writer.pid, signal.SIGSTOP)
     try:
         record_steps(rec, net, [1, 2])
         done = []
-        t = threading.Thread(target=lambda: (writer.drain(), done.append(True)))
+        t = threading.Thread(target=lambda: (rec.drain(), done.append(True)))
         t.start()
         time.sleep(1.0)
         assert not done  # the stopped writer holds the slots of steps 1 and 2
     finally:
-        os.kill(writer._proc.pid, signal.SIGCONT)
+        os.kill(writer.pid, signal.SIGCONT)
     t.join(timeout=60)
     assert done
     assert len(writer._free) == len(writer._slots)
@@ -133,11 +133,11 @@ def test_a_cached_message_is_not_sent_with_a_layout_id_given_to_another_layout(t
     inputs = {}
     for s in range(4):  # each slot has its plans and cached messages for batch size 4
         inputs |= record_steps(rec, net, [s])
-        rec._writer.flush()
+        rec.flush()
     for i in range(255):  # with the next new layout the ids start over ...
-        rec._writer.layout_id(("not a real layout", i))
+        rec.writer.layout_id(("not a real layout", i))
     inputs |= record_steps(rec, net, [4], batch=7)  # ... and id 0 names its layout now
-    rec._writer.flush()
+    rec.flush()
     inputs |= record_steps(rec, net, [5, 6, 7])
     rec.finalize()
     g = open_group(tmp_path / "g")
@@ -157,7 +157,7 @@ def test_slots_keep_their_segments_and_later_slots_start_at_the_size_needed(tmp_
     assert sum(p.numel() for p in net.parameters()) > MIN_SEGMENT
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(8)))
     rec.track_module("net", net)
-    writer = rec._writer
+    writer = rec.writer
     inputs = record_steps(rec, net, [0], batch=4, width=600)
     [a] = [slot for slot in writer._slots if slot.segments]  # the slot of step 0
     inputs.update(record_steps(rec, net, [1], batch=4, width=600))

@@ -51,9 +51,9 @@ def train_step(rec, net, opt, step, x):
 def record_one_shard_per_step(root, steps):
     """A trial with one shard per recorded step (flushed after each), writer closed."""
     rec, net = new_recorder(root)
-    rec._writer.flush_seconds = 0.0
+    rec.writer.flush_seconds = 0.0
     for s in range(steps):
         record_steps(rec, net, [s])
-        rec._writer.flush()
-    rec._writer.close()
+        rec.flush()
+    rec.writer.close()
     return root / "g/trials/t"

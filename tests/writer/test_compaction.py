@@ -26,11 +26,11 @@ def test_crash_between_compaction_write_and_delete_reads_the_same(tmp_path):
     import shutil
 
     rec, net = new_recorder(tmp_path)
-    rec._writer.flush_seconds = 0.0
+    rec.writer.flush_seconds = 0.0
     for s in range(3):
         record_steps(rec, net, [s])
-        rec._writer.flush()
-    rec._writer.close()
+        rec.flush()
+    rec.writer.close()
     trial = tmp_path / "g/trials/t"
     backup = tmp_path / "backup"
     shutil.copytree(trial, backup)
@@ -45,11 +45,11 @@ def test_crash_between_compaction_write_and_delete_reads_the_same(tmp_path):
 
 def test_compaction_skips_a_damaged_shard_without_hiding_it(tmp_path):
     rec, net = new_recorder(tmp_path)
-    rec._writer.flush_seconds = 0.0
+    rec.writer.flush_seconds = 0.0
     for s in range(5):
         record_steps(rec, net, [s])
-        rec._writer.flush()
-    rec._writer.close()
+        rec.flush()
+    rec.writer.close()
     steps_dir = tmp_path / "g/trials/t/steps"
     (steps_dir / "part-00000001.parquet").write_bytes(b"garbage")
     compact_trial(tmp_path / "g/trials/t")

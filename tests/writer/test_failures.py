@@ -26,16 +26,16 @@ def test_a_shard_that_cannot_be_written_is_reported_with_its_exception(tmp_path,
                                                                        mode):
     monkeypatch.setenv("COMGRA_LIKE_WRITER", mode)
     rec, net = new_recorder(tmp_path)
-    assert rec._writer.mode == mode
+    assert rec.writer.mode == mode
     record_steps(rec, net, range(5))
-    rec._writer.flush(timeout=60)
+    rec.flush(timeout=60)
     # A folder where the writer's next tensors shard goes.
     tensors = tmp_path / "g/trials/t/tensors"
     assert sorted(p.name for p in tensors.iterdir()) == ["part-00000000.parquet"]
     (tensors / "part-00000001.parquet").mkdir()
     record_steps(rec, net, range(5, 8))
     with pytest.raises(StorageError) as caught:
-        rec._writer.flush(timeout=60)
+        rec.flush(timeout=60)
     message = str(caught.value)
     # The real exception, the file it concerns and what it means; no guess about space.
     assert "IsADirectoryError" in message and "part-00000001.parquet" in message
@@ -60,10 +60,10 @@ def test_a_failure_on_one_message_keeps_every_step_buffered_before_it(tmp_path, 
     """A message the writer cannot handle (a protocol bug, sent through the real pipe):
     the steps it holds in memory are written, not dropped with the failing one."""
     rec, net = new_recorder(tmp_path)
-    writer = rec._writer
+    writer = rec.writer
     writer.flush_seconds = 3600  # steps 0-4 stay in the writer's memory
     record_steps(rec, net, range(5))
-    writer.drain()
+    rec.drain()
     assert not (tmp_path / "g/trials/t/steps").exists()
     if damage == "unknown layout":
         writer._send(protocol.Step(slot=0, layout_id=999, refs=[], step=5, toe="x",
@@ -87,11 +87,11 @@ def test_a_failure_on_one_message_keeps_every_step_buffered_before_it(tmp_path, 
 
 def test_a_stopped_writer_fails_the_waiting_step_after_the_bound_instead_of_hanging(tmp_path):
     rec, net = new_recorder(tmp_path)
-    writer = rec._writer
+    writer = rec.writer
     writer.stall_seconds = 2.0
     record_steps(rec, net, [0])
     writer.flush(timeout=60)
-    pid = writer._proc.pid
+    pid = writer.pid
     os.kill(pid, signal.SIGSTOP)
     outcome: list = []
     sent: list[int] = []

@@ -36,7 +36,7 @@ TRAINING_SCRIPT = textwrap.dedent("""
     rec.track_module("net", net)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     out = os.fdopen(1, "w", buffering=1)
-    out.write(f"writer {rec._writer._proc.pid}\\n")
+    out.write(f"writer {rec.writer.pid}\\n")
     if sys.argv[2] == "fork":
         # Like a DataLoader worker: a child that inherits the writer's pipe and outlives
         # the training process, so the writer never sees its input end.

@@ -15,9 +15,9 @@ from .helpers import new_recorder, record_one_shard_per_step, record_steps, trai
 
 def test_incremental_refresh_sees_new_shards_and_compaction(tmp_path):
     rec, net = new_recorder(tmp_path)
-    rec._writer.flush_seconds = 0.0
+    rec.writer.flush_seconds = 0.0
     record_steps(rec, net, range(3))
-    rec._writer.flush()
+    rec.flush()
     g = open_group(tmp_path / "g")
     assert g.list_steps("t")["training_step"].tolist() == [0, 1, 2]
     before = g.read_tensor("t", 1, 0, "out", "out", "forward", "sample", 2).values
@@ -25,7 +25,7 @@ def test_incremental_refresh_sees_new_shards_and_compaction(tmp_path):
     assert not g.refresh().changed and g.version == version
 
     record_steps(rec, net, range(3, 6))
-    rec._writer.flush()
+    rec.flush()
     report = g.refresh()
     assert report.changed_trials["t"].new_steps == [3, 4, 5]
     assert g.version == version + 1
@@ -44,7 +44,7 @@ def test_incremental_refresh_sees_new_shards_and_compaction(tmp_path):
 def test_damaged_shard_is_reported_and_skipped(tmp_path):
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(2))
-    rec._writer.close()
+    rec.writer.close()
     steps_dir = tmp_path / "g/trials/t/steps"
     (steps_dir / "part-00000099.parquet").write_bytes(b"PAR1 truncated")
     g = open_group(tmp_path / "g")
@@ -71,12 +71,12 @@ def test_a_failing_disk_is_reported_as_storage_error(tmp_path, monkeypatch, mode
     monkeypatch.setenv("COMGRA_LIKE_WRITER", mode)
     net = torch.nn.Linear(3, 2)
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)))
-    assert rec._writer.mode == mode
+    assert rec.writer.mode == mode
     rec.track_module("net", net)
     (tmp_path / "g/trials/t/tensors").write_text("a file where the writer needs a folder")
     record_steps(rec, net, range(3))
     with pytest.raises(StorageError, match="writing recordings to .* failed: .*tensors"):
-        rec._writer.flush(timeout=60)
+        rec.flush(timeout=60)
     with pytest.raises(StorageError):  # every later call says so too, and nothing hangs
         record_steps(rec, net, range(3, 10))
 
@@ -100,7 +100,7 @@ def test_steps_sent_before_the_training_process_ends_are_written_without_finaliz
         rec = ComgraRecorder({str(tmp_path)!r}, "g", "t",
                              DecisionMakerForRecordingsHardcoded(range(100)))
         rec.track_module("net", net)
-        rec._writer.flush_seconds = 3600
+        rec.writer.flush_seconds = 3600
         for step in range(5):
             x = torch.randn(4, 3)
             rec.start_batch(step, 4)
@@ -161,7 +161,7 @@ def test_tensor_shards_come_out_in_sort_order_without_sorting(tmp_path):
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)),
                          max_num_batch_size_to_record=3)
     rec.track_module("net", net)
-    rec._writer.flush_seconds = 3600
+    rec.writer.flush_seconds = 3600
     for step in range(4):
         rec.start_batch(step, 5)
         h = torch.zeros(5, 3)
@@ -183,7 +183,7 @@ def test_tensor_shards_come_out_in_sort_order_without_sorting(tmp_path):
         rec.record_current_gradients("b")
         rec.finish_iteration()
         rec.finish_batch()
-    rec._writer.flush(timeout=60)
+    rec.flush(timeout=60)
     [shard] = (tmp_path / "g/trials/t/tensors").iterdir()
     table = pq.read_table(shard)
     assert table.num_rows > 100 and len(set(table.column("training_step").to_pylist())) == 4
@@ -240,3 +240,24 @@ def test_every_step_of_a_long_recording_has_its_own_numbers(tmp_path, monkeypatc
         np.testing.assert_allclose(got.values, out_grad, rtol=1e-5, atol=1e-9, err_msg=step)
         upd = g.read_tensor("t", step, -1, "net.weight", "net.weight", "update", "none")
         assert abs(upd.stats["abs_max"] - update_max) <= 1e-6 * update_max + 1e-9, step
+
+
+def test_flush_puts_everything_sent_on_disk(tmp_path):
+    """ComgraRecorder.flush(): steps, the KPI points the recorder still held back and
+    notes are in shards a reader sees, however long the writer would have waited."""
+    import os
+
+    rec, net = new_recorder(tmp_path)
+    rec.writer.flush_seconds = 3600
+    os.kill(rec.writer.pid, 0)  # a real process
+    record_steps(rec, net, range(2))
+    rec.record_kpi_in_graph("g", "k", 1.5, timepoint=7, record_even_if_recording_is_inactive=True)
+    rec.add_note("a note")
+    rec.flush(timeout=60)
+    g = open_group(tmp_path / "g")
+    assert g.list_steps("t")["training_step"].tolist() == [0, 1]
+    assert g.read_kpis("t")[["kpi_name", "timepoint", "value"]].values.tolist() == [["k", 7, 1.5]]
+    assert [n.text for n in g.read_notes("t")] == ["a note"]
+    rec.finalize()
+    rec.flush()  # nothing left to do, and no error
+    rec.drain()

@@ -107,11 +107,11 @@ def test_layouts_that_change_every_step_stay_bounded_and_correct(tmp_path):
     """Each batch size is a new capture layout: past 256 the ids are reused, each time
     together with its layout, and every step still reads back its own values."""
     rec, net = new_recorder(tmp_path, range(300))
-    rec._writer.flush_seconds = 3600
+    rec.writer.flush_seconds = 3600
     inputs = {}
     for step in range(300):
         inputs |= record_steps(rec, net, [step], batch=1 + step % 299)
-    assert len(rec._writer._layout_ids) <= 256
+    assert len(rec.writer._layout_ids) <= 256
     rec.finalize()
     g = open_group(tmp_path / "g")
     for step in (0, 255, 256, 257, 298, 299):

@@ -48,7 +48,7 @@ def test_zero_size_tensors_are_recorded_with_empty_statistics(tmp_path, monkeypa
     rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded(range(100)),
                          max_num_batch_size_to_record=2,
                          calculate_svd_and_other_expensive_operations_of_parameters=True)
-    assert rec._writer.mode == mode
+    assert rec.writer.mode == mode
     rec.track_module("net", net)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     inputs = {}
