@@ -32,6 +32,7 @@ LEGACY_NOTES_JSONL = "notes.jsonl"  # notes of recordings made before notes were
 
 #: The parquet tables of a trial, each a folder of shards.
 TABLES: tuple[str, ...] = ("steps", "tensors", "kpis")
+STEPS, TENSORS, KPIS = TABLES  # their names (and folders)
 
 PART_RE = re.compile(r"^part-(\d{8})\.parquet\Z")
 COMPACT_RE = re.compile(r"^compact-(\d{8})-(\d{8})\.parquet\Z")

@@ -12,7 +12,7 @@ import re
 import pyarrow as pa
 
 from ..vocabulary import STATISTICS
-from .layout import NOTES_DIR
+from .layout import KPIS, NOTES_DIR, STEPS, TENSORS
 from .notes import NOTES_SCHEMA
 
 SCHEMA_VERSION = 1
@@ -76,15 +76,15 @@ KPIS_SCHEMA = pa.schema(
 )
 
 #: The schema of each table in ``layout.TABLES``.
-SCHEMAS = {"steps": STEPS_SCHEMA, "tensors": TENSORS_SCHEMA, "kpis": KPIS_SCHEMA}
+SCHEMAS = {STEPS: STEPS_SCHEMA, TENSORS: TENSORS_SCHEMA, KPIS: KPIS_SCHEMA}
 #: Every table written as shards (compacted alike): ``layout.TABLES`` and the notes,
 #: whose rows stay in the order the notes were taken.
 SHARD_SCHEMAS = {**SCHEMAS, NOTES_DIR: NOTES_SCHEMA}
 
 # Sort keys inside one shard (and inside a compacted file).
 SORT_KEYS = {
-    "steps": [("training_step", "ascending"), ("iteration", "ascending")],
-    "tensors": [
+    STEPS: [("training_step", "ascending"), ("iteration", "ascending")],
+    TENSORS: [
         ("training_step", "ascending"),
         ("iteration", "ascending"),
         ("recording_type", "ascending"),
@@ -93,7 +93,7 @@ SORT_KEYS = {
         ("aggregation", "ascending"),
         ("sample_index", "ascending"),
     ],
-    "kpis": [("timepoint", "ascending")],
+    KPIS: [("timepoint", "ascending")],
 }
 
 MAX_ROWS_PER_ROW_GROUP = 128 * 1024
@@ -103,4 +103,4 @@ TENSOR_ROW_GROUP = 16 * 1024
 
 def row_group_size(table: str) -> int:
     """Rows per row group of a table's files (shards and compacted files alike)."""
-    return TENSOR_ROW_GROUP if table == "tensors" else MAX_ROWS_PER_ROW_GROUP
+    return TENSOR_ROW_GROUP if table == TENSORS else MAX_ROWS_PER_ROW_GROUP

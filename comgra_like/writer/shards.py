@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.files import LOCAL, Files
-from ..format.layout import TrialLayout, part_name, shard_range
+from ..format.layout import STEPS, TrialLayout, part_name, shard_range
 from ..format.schema import SHARD_SCHEMAS, SORT_KEYS, row_group_size
 
 RELEASE_SECONDS = 30.0  # how often unused Arrow memory goes back to the system
 # The order a flush writes its shards in: steps last, so that a reader that sees a step
 # row finds its tensors (and everything else) already on disk.
-WRITE_ORDER = (*(kind for kind in SHARD_SCHEMAS if kind != "steps"), "steps")
+WRITE_ORDER = (*(kind for kind in SHARD_SCHEMAS if kind != STEPS), STEPS)
 
 
 def sort_table(kind: str, table: pa.Table) -> pa.Table:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from ..format.layout import TENSORS
 from ..vocabulary import FORWARD, STATISTIC_INDEX, UPDATE
 from .protocol import CaptureSpec, Start
 from .rows import CaptureMeta, build_tensor_table, row_layout
@@ -311,7 +312,7 @@ class TensorStatistics:
     (the first of ``processors.PROCESSORS``). It keeps the warm starts of the singular
     value iterations from step to step."""
 
-    presorted = ("tensors",)  # a step's rows come sorted, after the steps before it
+    presorted = (TENSORS,)  # a step's rows come sorted, after the steps before it
 
     def __init__(self, start: Start):
         self.svd_vectors: dict[int, np.ndarray] | None = {} if start.calculate_svd else None
@@ -322,7 +323,7 @@ class TensorStatistics:
                            self.svd_vectors, step.layout_key, pause, step.arrays_key)
 
     def tables(self, reduced: Reduced | None, pause) -> dict[str, pa.Table | None]:
-        return {"tensors": tensor_table(reduced, pause)}
+        return {TENSORS: tensor_table(reduced, pause)}
 
 
 def _no_pause() -> None:

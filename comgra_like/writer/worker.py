@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..format.files import LOCAL, Files
 from ..format.graphs import is_graph_digest
-from ..format.layout import NOTES_DIR, TrialLayout
+from ..format.layout import KPIS, NOTES_DIR, STEPS, TrialLayout
 from ..format.notes import NOTES_SCHEMA
 from ..format.schema import KPIS_SCHEMA, STEPS_SCHEMA
 from ..format.trial import mark_trial_aborted
@@ -179,7 +179,7 @@ class Worker:
         rows = self._step_rows
         if rows["training_step"]:
             self._step_rows = {name: [] for name in STEPS_SCHEMA.names}
-            self.shards.add({"steps": pa.table(rows).cast(STEPS_SCHEMA)})
+            self.shards.add({STEPS: pa.table(rows).cast(STEPS_SCHEMA)})
 
     def _write(self) -> None:
         """Hand everything buffered to the shard writer, the steps rows as one table."""
@@ -322,7 +322,7 @@ class Worker:
              "type_of_execution": list(t), "timepoint": list(tp),
              "value": [float("nan") if x is None else x for x in v], "wall_time": list(w)}
         ).cast(KPIS_SCHEMA)
-        self.shards.add({"kpis": table})
+        self.shards.add({KPIS: table})
 
 
 def warm_up() -> None:
