@@ -83,4 +83,3 @@ ANY_TYPE = "any"
 
 # --- trial status (trial.json) ----------------------------------------------------------
 RUNNING, FINISHED, ABORTED = "running", "finished", "aborted"
-TRIAL_STATUSES: tuple[str, ...] = (RUNNING, FINISHED, ABORTED)
