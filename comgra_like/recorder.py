@@ -93,11 +93,13 @@ class ComgraRecorder:
                 f"{decision_maker_for_recordings!r}"
             )
         if max_num_batch_size_to_record is not None and (
-            not isinstance(max_num_batch_size_to_record, int) or max_num_batch_size_to_record < 1
+            not isinstance(max_num_batch_size_to_record, int)
+            or isinstance(max_num_batch_size_to_record, bool) or max_num_batch_size_to_record < 0
         ):
             raise ConfigurationError(
-                "max_num_batch_size_to_record must be None (all samples) or a positive integer, "
-                f"got {max_num_batch_size_to_record!r}"
+                "max_num_batch_size_to_record must be None (all samples), 0 (batch statistics "
+                "only, no per-sample rows) or a positive integer, got "
+                f"{max_num_batch_size_to_record!r}"
             )
         trial_id = str(trial_id)
         if not TRIAL_ID_PATTERN.match(trial_id):
@@ -317,7 +319,10 @@ class ComgraRecorder:
         if not record:
             return
         self._batch_size = current_batch_size
-        self._record_by_default = bool(record_all_tensors_per_batch_index_by_default)
+        # With max_num_batch_size_to_record=0 there are no samples to record: tensors
+        # default to batch statistics only (comgra's default True would ask for none).
+        self._record_by_default = (bool(record_all_tensors_per_batch_index_by_default)
+                                   and self.max_num_batch_size_to_record != 0)
         self._decided = type_of_execution is not None
         k = current_batch_size if self.max_num_batch_size_to_record is None else min(
             current_batch_size, self.max_num_batch_size_to_record)
@@ -401,6 +406,13 @@ class ComgraRecorder:
                     "start_batch() first"
                 )
             return
+        if record_per_batch_index and self.max_num_batch_size_to_record == 0:
+            raise RegistrationError(
+                f"register_tensor({tensor_name!r}, record_per_batch_index=True): this recorder "
+                "was made with max_num_batch_size_to_record=0, so it records no samples, only "
+                "batch statistics. Drop record_per_batch_index=True, or pass "
+                "max_num_batch_size_to_record=N (N > 0 samples) or None (all) to ComgraRecorder"
+            )
         args = check_registration(
             tensor_name, tensor, index_of_batch_dimension=index_of_batch_dimension,
             is_input=is_input, is_parameter=is_parameter, is_target=is_target, is_loss=is_loss,

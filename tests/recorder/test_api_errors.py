@@ -40,7 +40,7 @@ def test_bad_constructor_arguments(tmp_path):
         ComgraRecorder(tmp_path, "g", "t", decision_maker_for_recordings=10)
     with pytest.raises(ConfigurationError, match="max_num_batch_size_to_record"):
         ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded([0]),
-                       max_num_batch_size_to_record=0)
+                       max_num_batch_size_to_record=-1)
 
 
 def test_call_order(rec):
