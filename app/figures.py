@@ -13,7 +13,8 @@ figure markup, so callers escape what they put there.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -375,29 +376,105 @@ def step_marker_shapes(current_step: int | None) -> list[dict]:
 
 # --- KPIs -----------------------------------------------------------------------------
 
+#: Up to this many points a KPI line also marks its points; a line of one point would be
+#: invisible, so a single point is a marker alone.
+MAX_KPI_POINTS_WITH_MARKERS = 40
+#: Up to this many types of execution a trial's KPIs get one line per type; beyond that,
+#: types whose names differ only in their numbers share a line (see
+#: :func:`kpi_type_lines`), so that the legend stays readable.
+MAX_KPI_TYPES = 20
 
-def kpi_figures(frame: pd.DataFrame, height: int | None = 360) -> list[tuple[str, Figure]]:
-    """One figure per KPI group, one line per (type of execution, KPI name), groups sorted."""
+_TRAILING_NUMBER = re.compile(r"\d+$")
+_NUMBER = re.compile(r"\d+")
+#: The line of all types when not even the numbers in their names group them.
+ALL_TYPES = "all types"
+
+
+def kpi_type_lines(types: Iterable[str], max_types: int = MAX_KPI_TYPES) -> dict[str, str]:
+    """Which line each type of execution is drawn in: ``{type: line name}``.
+
+    Up to ``max_types`` types, each type is its own line. Beyond that the names are
+    coarsened only as far as needed: first a trailing number is replaced by ``*``
+    (``batch_17`` → ``batch_*``), then every number (``epoch_3_batch_17`` →
+    ``epoch_*_batch_*``); a pattern that only one type matches keeps the type's name. If
+    even that leaves more than ``max_types`` lines, all types share one line
+    (:data:`ALL_TYPES`). Hover text names each point's own type.
+    """
+    names = sorted({str(t) for t in types})
+    if len(names) <= max_types:
+        return {t: t for t in names}
+    for pattern in (_TRAILING_NUMBER, _NUMBER):
+        lines = {t: pattern.sub("*", t) for t in names}
+        members: dict[str, int] = {}
+        for line in lines.values():
+            members[line] = members.get(line, 0) + 1
+        lines = {t: line if members[line] > 1 else t for t, line in lines.items()}
+        if len(set(lines.values())) <= max_types:
+            return lines
+    return {t: ALL_TYPES for t in names}
+
+
+def kpi_label(kpi_name: str, line: str) -> str:
+    """A KPI line's legend entry (plain text): ``name (type)``, or whichever of the two
+    is not empty (comgra scripts often record a KPI with an empty name)."""
+    kpi_name, line = str(kpi_name), str(line)
+    if kpi_name and line:
+        return f"{kpi_name} ({line})"
+    return kpi_name or line or "unnamed"
+
+
+def kpi_mode(num_points: int) -> str:
+    """The scatter mode of a KPI line of ``num_points`` points."""
+    if num_points <= 1:
+        return "markers"
+    return "lines+markers" if num_points <= MAX_KPI_POINTS_WITH_MARKERS else "lines"
+
+
+def kpi_figures(
+    frame: pd.DataFrame,
+    height: int | None = 360,
+    max_types: int = MAX_KPI_TYPES,
+) -> list[tuple[str, Figure]]:
+    """One figure per KPI group, groups sorted; one line per (type of execution, KPI name).
+
+    With more than ``max_types`` types of execution in ``frame`` (a script that names
+    every batch ``batch_<i>``), types are grouped into lines by :func:`kpi_type_lines`
+    and the figure says so under its title. Short lines show their points
+    (:func:`kpi_mode`).
+    """
     if frame is None or len(frame) == 0:
         return []
+    types = frame["type_of_execution"].astype(str)
+    lines = kpi_type_lines(types.unique(), max_types)
+    frame = frame.assign(_line=types.map(lines), type_of_execution=types)
+    grouped = len(set(lines.values())) < len(lines)
     figures = []
     for group, part in frame.groupby("kpi_group", sort=True):
         traces = []
-        for (toe, name), line in part.groupby(["type_of_execution", "kpi_name"], sort=True):
-            line = line.sort_values("timepoint")
-            label = plot_text(f"{name} ({toe})")
-            traces.append(
-                {
-                    "type": "scatter",
-                    "x": line["timepoint"].to_numpy(dtype=np.int64),
-                    "y": line["value"].to_numpy(dtype=np.float64),
-                    "mode": "lines",
-                    "name": label,
-                    "hovertemplate": f"{label}<br>step %{{x}}<br>%{{y:.7g}}<extra></extra>",
-                }
-            )
+        for (line_name, name), line in part.groupby(["_line", "kpi_name"], sort=True):
+            line = line.sort_values(["timepoint", "type_of_execution"], kind="stable")
+            label = plot_text(kpi_label(name, line_name))
+            trace = {
+                "type": "scatter",
+                "x": line["timepoint"].to_numpy(dtype=np.int64),
+                "y": line["value"].to_numpy(dtype=np.float64),
+                "mode": kpi_mode(len(line)),
+                "name": label,
+                "marker": {"size": 8 if len(line) == 1 else 5},
+                "hovertemplate": f"{label}<br>step %{{x}}<br>%{{y:.7g}}<extra></extra>",
+            }
+            if line["type_of_execution"].nunique() > 1:
+                # a shared line: the hover names each point's own type
+                trace["text"] = [plot_text(t) for t in line["type_of_execution"]]
+                trace["hovertemplate"] = (
+                    f"{label}<br>step %{{x}} · %{{text}}<br>%{{y:.7g}}<extra></extra>"
+                )
+            traces.append(trace)
+        title = plot_text(group)
+        if grouped:
+            title = _with_note(title, _grouping_note(part))
         layout = base_layout(
-            plot_text(group),
+            title,
             height,
             xaxis=axis("training step"),
             yaxis=axis(),
@@ -408,6 +485,17 @@ def kpi_figures(frame: pd.DataFrame, height: int | None = 360) -> list[tuple[str
         )
         figures.append((str(group), {"data": traces, "layout": layout}))
     return figures
+
+
+def _grouping_note(part: pd.DataFrame) -> str:
+    types = part["type_of_execution"].nunique()
+    lines = part["_line"].nunique()
+    if (part["_line"] == ALL_TYPES).all():
+        return f"{types} types of execution in one line; the hover names each point's type"
+    return (
+        f"{types} types of execution in {lines} line{'s' if lines != 1 else ''}: "
+        "types whose names differ only in numbers share a line (* in the legend)"
+    )
 
 
 # --- network --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 from comgra_like.app import figures
 
@@ -119,8 +120,6 @@ def test_series_figure_one_line_per_type_and_step_marker():
 
 
 def test_figures_are_valid_plotly_figures():
-    import plotly.graph_objects as go
-
     for fig in [
         figures.neuron_figure(np.ones((3, 4))),
         figures.neuron_figure(np.ones(5)),
@@ -152,6 +151,77 @@ def test_kpi_figures_one_per_group_one_trace_per_type_and_name():
     assert [t["name"] for t in loss["data"]] == ["mse (test)", "mse (train)"]
     assert list(loss["data"][1]["x"]) == [1, 2]  # sorted by timepoint
     assert figures.kpi_figures(frame.iloc[0:0]) == []
+
+
+def _kpis(rows: list[tuple[str, str, str, int, float]]) -> pd.DataFrame:
+    """A KPI frame as ``Group.read_kpis`` returns it: (group, name, type, step, value)."""
+    group, name, toe, step, value = zip(*rows)
+    return pd.DataFrame({"kpi_group": group, "kpi_name": name, "type_of_execution": toe,
+                         "timepoint": step, "value": value, "wall_time": [0.0] * len(rows)})
+
+
+def test_kpi_lines_with_few_points_show_their_points():
+    frame = _kpis(
+        [("loss", "mse", "once", 5, 0.5)]
+        + [("loss", "mse", "few", s, 0.1 * s) for s in range(3)]
+        + [("loss", "mse", "many", s, 0.1 * s) for s in range(200)]
+    )
+    (_, loss), = figures.kpi_figures(frame)
+    traces = {t["name"]: t for t in loss["data"]}
+    # a one-point line draws nothing: that point must be a marker
+    assert traces["mse (once)"]["mode"] == "markers"
+    assert traces["mse (few)"]["mode"] == "lines+markers"
+    assert traces["mse (many)"]["mode"] == "lines"
+    assert figures.kpi_mode(figures.MAX_KPI_POINTS_WITH_MARKERS) == "lines+markers"
+    assert figures.kpi_mode(figures.MAX_KPI_POINTS_WITH_MARKERS + 1) == "lines"
+
+
+def test_kpi_every_batch_its_own_type_of_execution_is_one_line_per_kpi():
+    # the shape a real comgra script records (start_batch(i, type_of_execution=f"batch_{i}"),
+    # record_kpi_in_graph("loss", "", ...)): every type has one point, the loss no name
+    rows = []
+    for i in range(300):
+        rows += [("loss", "", f"batch_{i}", i, 1.0 / (i + 1)), ("acc", "train", f"batch_{i}", i, i)]
+    pairs = figures.kpi_figures(_kpis(rows))
+    assert [g for g, _ in pairs] == ["acc", "loss"]
+    acc, loss = pairs[0][1], pairs[1][1]
+    (line,) = loss["data"]
+    assert line["name"] == "batch_*"  # no "(batch_0)" with nothing before it, no 300 entries
+    assert list(line["x"]) == list(range(300))  # in step order, not in name order
+    assert line["mode"] == "lines"
+    assert line["text"][:2] == ["batch_0", "batch_1"] and "%{text}" in line["hovertemplate"]
+    assert [t["name"] for t in acc["data"]] == ["train (batch_*)"]
+    assert "300 types of execution in 1 line" in loss["layout"]["title"]["text"]
+    for _, fig in pairs:
+        assert all("()" not in t["name"] and not t["name"].startswith("(") for t in fig["data"])
+        go.Figure(fig)  # a valid figure
+
+
+def test_kpi_type_lines_coarsen_names_only_as_far_as_needed():
+    tutorial = [f"{n:02d}_iterations" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)]
+    assert figures.kpi_type_lines(tutorial) == {t: t for t in tutorial}
+    batches = [f"batch_{i}" for i in range(30)]
+    lines = figures.kpi_type_lines([*batches, "validation", "test_3"])
+    assert {lines[t] for t in batches} == {"batch_*"}
+    # a pattern only one type has keeps the type's own name
+    assert lines["validation"] == "validation" and lines["test_3"] == "test_3"
+    nested = [f"epoch_{e}_batch_{b}" for e in range(30) for b in range(3)]
+    assert set(figures.kpi_type_lines(nested).values()) == {"epoch_*_batch_*"}
+    # one epoch a line while that keeps the legend short
+    few_epochs = [f"epoch_{e}_batch_{b}" for e in range(3) for b in range(30)]
+    assert set(figures.kpi_type_lines(few_epochs).values()) == {
+        "epoch_0_batch_*", "epoch_1_batch_*", "epoch_2_batch_*"}
+    # names without a pattern: one line rather than a legend of hundreds
+    unrelated = [f"run-{chr(97 + i % 26)}{chr(97 + i // 26)}x" for i in range(100)]
+    assert set(figures.kpi_type_lines(unrelated).values()) == {figures.ALL_TYPES}
+    assert figures.kpi_type_lines(["b", "a"], max_types=1) == {"a": "all types", "b": "all types"}
+
+
+def test_kpi_label_never_shows_empty_parts():
+    assert figures.kpi_label("mse", "train") == "mse (train)"
+    assert figures.kpi_label("", "batch_0") == "batch_0"
+    assert figures.kpi_label("mse", "") == "mse"
+    assert figures.kpi_label("", "") == "unnamed"
 
 
 def _module(name, parent, params, total):
