@@ -676,6 +676,15 @@ class ComgraRecorder:
                     f"number or a one-element tensor, got shape {tuple(val.shape)}"
                 )
             val = val.item()
+        elif isinstance(val, (str, bytes)):
+            # float() would parse it; comgra refuses it, and a number was meant
+            raise ConfigurationError(
+                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is a string; "
+                "pass the number itself (a float, an int, a numpy scalar or a one-element "
+                "tensor)"
+            )
+        elif getattr(val, "ndim", 0) and getattr(val, "size", 0) == 1:
+            val = val.item()  # a one-element numpy array, like a one-element tensor
         try:
             val = float(val)
         except (TypeError, ValueError, OverflowError):

@@ -4,6 +4,8 @@ process, and ``record_kpi_in_graph`` with every kind of number."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -137,3 +139,92 @@ def test_max_num_batch_size_to_record_still_refuses_non_counts(tmp_path, bad):
     with pytest.raises(ConfigurationError, match="max_num_batch_size_to_record.*0 \\(batch"):
         ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded([0]),
                        max_num_batch_size_to_record=bad)
+
+
+# ----- item 5: record_kpi_in_graph with every kind of number ---------------------------
+
+
+def _kpi_values(step: int, loss: torch.Tensor) -> dict[str, object]:
+    """What real scripts pass as a KPI: the loss tensor itself (0-d, requires grad, before
+    backward()), Python numbers, numpy scalars and other one-element tensors."""
+    return {
+        "loss_tensor": loss,
+        "python_float": 0.1 * step + 1 / 3,
+        "python_int": 7 * step - 3,
+        "np_float32": np.float32(step) / np.float32(3),
+        "np_float64": np.float64(step) * np.pi,
+        "np_int64": np.int64(2**40 + step),
+        "one_element": loss.detach().reshape(1, 1) * 2,
+        "long_tensor": torch.tensor(step * 5),
+    }
+
+
+def _train_with_kpis(root: Path | None, steps: int = 8) -> tuple[dict, dict[str, list[float]]]:
+    torch.manual_seed(1234)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(net.parameters(), lr=0.01)
+    rec = None
+    if root is not None:
+        rec = ComgraRecorder(root, "g", "kpis", DecisionMakerForRecordingsFrequencyPerType(1),
+                             max_num_batch_size_to_record=2)
+        rec.track_module("net", net)
+    expected: dict[str, list[float]] = {}
+    for step in range(steps):
+        x, y = torch.randn(6, 5), torch.randn(6, 1)
+        # the last step decides late (dynamic recording): its KPIs wait for the decision
+        dynamic = step == steps - 1
+        if rec is not None:
+            rec.start_batch(step, 6, type_of_execution=None if dynamic else "main_execution_type")
+            rec.start_iteration()
+            rec.register_tensor("x", x, is_input=True)
+        out = net(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+        for name, value in _kpi_values(step, loss).items():
+            if rec is not None:
+                rec.record_kpi_in_graph("kinds", name, value)
+            number = value.item() if isinstance(value, torch.Tensor) else value
+            expected.setdefault(name, []).append(float(number))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if rec is not None:
+            rec.finish_iteration()
+            if dynamic:
+                rec.decide_recording_of_batch("main_execution_type")
+            rec.finish_batch()
+    if rec is not None:
+        rec.finalize()
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}, expected
+
+
+def test_kpis_of_every_kind_of_number_before_backward(tmp_path):
+    recorded_params, expected = _train_with_kpis(tmp_path)
+    plain_params, _ = _train_with_kpis(None)
+    # Recording (and reading the loss before backward()) does not change training.
+    assert recorded_params.keys() == plain_params.keys()
+    for name, value in recorded_params.items():
+        assert torch.equal(value, plain_params[name]), name
+
+    kpis = open_group(tmp_path / "g").read_kpis("kpis")
+    assert set(kpis["kpi_name"]) == set(expected)
+    for name, values in expected.items():
+        rows = kpis[kpis["kpi_name"] == name].sort_values("timepoint")
+        assert rows["timepoint"].tolist() == list(range(len(values))), name
+        assert rows["value"].tolist() == values, name  # float64: exact
+    assert expected["np_int64"][0] == 2**40  # an int64 beyond float32's precision
+
+
+def test_kpis_that_are_not_one_number_are_refused(tmp_path):
+    rec = ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded([0]))
+    rec.track_module("net", torch.nn.Linear(2, 2))
+    rec.start_batch(0, 2)
+    # float() would parse a string; comgra refuses it, and so does comgra_like
+    for value in (torch.zeros(2), np.zeros(3), "1.5", np.str_("2"), b"3", None, [1.0]):
+        with pytest.raises(ConfigurationError, match="record_kpi_in_graph\\('g', 'k'\\)"):
+            rec.record_kpi_in_graph("g", "k", value)
+    rec.record_kpi_in_graph("g", "k", np.array(2.5))  # a 0-d array is one number
+    rec.record_kpi_in_graph("g", "k", np.array([[3.5]]), timepoint=1)  # as a 1x1 tensor is
+    rec.finish_batch()
+    rec.finalize()
+    kpis = open_group(tmp_path / "g").read_kpis("t")
+    assert kpis["value"].tolist() == [2.5, 3.5]
