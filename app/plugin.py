@@ -6,6 +6,11 @@ The function returns a Dash component, a plotly figure (or its dict), a string (
 as preformatted text), a list of those, or None. The file is imported again whenever
 its modification time changes. Anything it raises is shown as a traceback in the
 Visualization tab; the rest of the GUI is not affected.
+
+A file written for comgra 0.11.5, whose ``create_visualization`` takes comgra's 11
+parameters (``recordings, type_of_execution, tsc, ngs, db, ...``), is recognised by its
+signature and called with comgra's arguments built from the query API
+(:mod:`comgra_like.app.comgra_plugins` says what of comgra's surface is supported).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import dcc, html
 from dash.development.base_component import Component
+
+from . import comgra_plugins as comgra
 
 PLUGIN_API_VERSION = 1
 ENTRY_POINT = "create_visualization"
@@ -43,6 +50,8 @@ class VisualizationContext:
             ``query.read_tensor`` (-1 for parameters and initial values; an earlier
             iteration for a node imported from there). ``node``/``role`` are already the
             stored names.
+        graph_node, graph_role: the selected node and role as the dependency graph of the
+            selected iteration names them (before following aliases and imports).
         api_version: the version of this contract.
     """
 
@@ -57,6 +66,8 @@ class VisualizationContext:
     sample_index: int
     query: Any
     data_iteration: int | None = None
+    graph_node: str | None = None
+    graph_role: str | None = None
     api_version: int = PLUGIN_API_VERSION
 
     def __repr__(self) -> str:  # the query object's repr can be long
@@ -81,6 +92,7 @@ class VisualizationPlugin:
     """One plugin file, imported lazily and again whenever its mtime changes. Thread-safe."""
 
     _counter = itertools.count()
+    _KEEP_DATABASES = 4  # comgra-style plugins: the tensor databases of the last steps
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path).expanduser().resolve()
@@ -88,6 +100,8 @@ class VisualizationPlugin:
         self._loaded_mtime: float | None = None
         self._function: Any = None
         self._error: str | None = None
+        self.style: str | None = None  # comgra_plugins.NATIVE or .COMGRA once loaded
+        self._databases: dict[tuple, comgra.PseudoDb] = {}
 
     def mtime(self) -> float | None:
         """The file's modification time, None if it does not exist."""
@@ -107,6 +121,12 @@ class VisualizationPlugin:
             if mtime != self._loaded_mtime:
                 self._loaded_mtime = mtime
                 self._function, self._error = self._import()
+                self.style = None
+                if self._function is not None:
+                    self.style, self._error = comgra.plugin_style(self._function)
+                    if self.style is None:
+                        self._function = None
+                        self._error = f"In {self.path}: {self._error}"
             return self._function, self._error
 
     def _import(self) -> tuple[Any, str | None]:
@@ -134,7 +154,8 @@ class VisualizationPlugin:
             return None, (
                 f"The visualization file {self.path} defines no function "
                 f"{ENTRY_POINT}(ctx). Define one that returns a Dash component, a plotly "
-                "figure or text."
+                "figure or text (or comgra 0.11.5's create_visualization with its 11 "
+                "parameters)."
             )
         return function, None
 
@@ -144,7 +165,15 @@ class VisualizationPlugin:
         if function is None:
             return error_box("The visualization plugin could not be loaded", error or "")
         try:
-            result = function(ctx)
+            if self.style == comgra.COMGRA:
+                if None in (ctx.trial_id, ctx.training_step, ctx.iteration) or ctx.query is None:
+                    return html.Div(
+                        "Select a trial, a training step and an iteration first.",
+                        className="text-muted",
+                    )
+                result = function(*self._comgra_arguments(ctx))
+            else:
+                result = function(ctx)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - shown, nothing else breaks
             return error_box(
                 f"{ENTRY_POINT}() raised {type(exc).__name__}",
@@ -154,6 +183,31 @@ class VisualizationPlugin:
             return to_component(result)
         except TypeError as exc:
             return error_box("The visualization plugin returned something unusable", str(exc))
+
+
+    def _comgra_arguments(self, ctx: VisualizationContext) -> tuple:
+        """comgra's 11 arguments; a step's database is kept while the group is unchanged."""
+        key = (id(ctx.query), getattr(ctx.query, "version", None), ctx.trial_id,
+               ctx.training_step)
+        with self._lock:
+            db = self._databases.get(key)
+        if db is None:
+            db = comgra.PseudoDb(ctx.query, ctx.trial_id, ctx.training_step)
+            with self._lock:
+                self._databases[key] = db
+                while len(self._databases) > self._KEEP_DATABASES:
+                    self._databases.pop(next(iter(self._databases)))
+        selection = comgra.Selection(
+            trial_id=ctx.trial_id,
+            training_step=ctx.training_step,
+            iteration=ctx.iteration,
+            graph_node=ctx.graph_node,
+            graph_role=ctx.graph_role,
+            recording_type=ctx.recording_type,
+            aggregation=ctx.aggregation,
+            sample_index=ctx.sample_index,
+        )
+        return comgra.comgra_arguments(ctx.query, selection, db)
 
 
 def to_component(result: Any) -> Component:

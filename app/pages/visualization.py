@@ -38,6 +38,7 @@ def context_for(data: AppData, current: dict) -> VisualizationContext:
     )
     info = data.steps(trial).get(step) if trial is not None else None
     node_name, role, data_iteration = current.get("node"), current.get("role"), iteration
+    graph_node, graph_role = node_name, role
     node = (
         data.graph_node(trial, step, iteration, node_name)
         if None not in (trial, step, iteration, node_name)
@@ -60,6 +61,8 @@ def context_for(data: AppData, current: dict) -> VisualizationContext:
         sample_index=sample_index,
         query=data.group,
         data_iteration=data_iteration,
+        graph_node=graph_node,
+        graph_role=graph_role,
     )
 
 
