@@ -13,8 +13,9 @@ import itertools
 from dataclasses import dataclass, field
 
 import torch
+from torch.autograd.graph import get_gradient_edge
 
-from ..errors import CallOrderError, RegistrationError
+from ..errors import CallOrderError, GraphError, RegistrationError
 from ..vocabulary import (
     CALCULATED,
     INPUT,
@@ -26,6 +27,10 @@ from ..vocabulary import (
 )
 
 MAX_SIGNATURE_IDS = 4096  # signatures kept as ids before the table starts over
+
+# Where a hand-made connection starts: a registration id, or (autograd node, output_nr) of
+# a tensor that is not registered (see Step.source)
+Source = int | tuple[object, int]
 
 
 @dataclass(eq=False)
@@ -45,6 +50,7 @@ class Registration:
     # A small int for everything about it that the graph structure and the capture
     # layout show (name, node, role, kind, shape, flags, dtype): see SignatureTable
     sig_id: int = -1
+    grad_fn: object = None  # the tensor's when registered (an in-place change replaces it)
 
 
 @dataclass(eq=False)
@@ -201,9 +207,11 @@ class Step:
     owner_fn: dict[tuple[object, int], int] = field(default_factory=dict)
     owner_leaf: dict[int, int] = field(default_factory=dict)
     by_tensor: dict[int, Registration] = field(default_factory=dict)
-    conn_fn: dict[object, set[int]] = field(default_factory=dict)
-    conn_leaf: dict[int, set[int]] = field(default_factory=dict)
-    conn_reg: dict[int, set[int]] = field(default_factory=dict)
+    # Hand-made connections by sink: an unregistered tensor's grad_fn, an unregistered
+    # leaf's id, a registration id
+    conn_fn: dict[object, set[Source]] = field(default_factory=dict)
+    conn_leaf: dict[int, set[Source]] = field(default_factory=dict)
+    conn_reg: dict[int, set[Source]] = field(default_factory=dict)
     keep_alive: list[torch.Tensor] = field(default_factory=list)
     slot: object = None  # the transport's shared memory the captures are copied into
     plans: list = field(default_factory=list)  # the captures, in order (capture.py)
@@ -284,7 +292,8 @@ class Step:
                 "different role_within_node"
             )
         reg = Registration(len(self.regs), tensor_name, node, role, kind, iteration, batch_dim,
-                           per_sample, with_values, tensor, alias_of, param_index)
+                           per_sample, with_values, tensor, alias_of, param_index,
+                           grad_fn=grad_fn)
         shape = list(tensor.shape)
         if batch_dim is not None:
             shape[batch_dim] = -1
@@ -305,47 +314,87 @@ class Step:
 
     # ----- connections --------------------------------------------------------------------
 
-    def resolve(self, src, what: str) -> Registration:
-        """The registration a tensor or a tensor name stands for (the latest iteration's)."""
-        if isinstance(src, str):
-            candidates = [r for (name, _), r in self.by_name.items() if name == src]
-            if not candidates:
-                raise RegistrationError(
-                    f"{what}: no tensor named {src!r} is registered in this batch; register it "
-                    "before connecting it"
-                )
-            return max(candidates, key=lambda r: r.iteration)
-        if isinstance(src, torch.Tensor):
-            reg = self.by_tensor.get(id(src))
-            if reg is None or reg.tensor is not src:
-                raise RegistrationError(
-                    f"{what}: the source tensor (shape {tuple(src.shape)}) is not registered; "
-                    "register it first or pass its name"
-                )
-            return reg
-        raise RegistrationError(
-            f"{what}: expected a tensor or a tensor name, got {type(src).__name__}")
+    def resolve(self, name, what: str) -> Registration:
+        """The registration a tensor name stands for (the latest iteration's)."""
+        if not isinstance(name, str):
+            raise RegistrationError(
+                f"{what}: expected a tensor or a tensor name, got {type(name).__name__}")
+        candidates = [r for (n, _), r in self.by_name.items() if n == name]
+        if not candidates:
+            raise RegistrationError(
+                f"{what}: no tensor named {name!r} is registered in this batch; register it "
+                "before connecting it"
+            )
+        return max(candidates, key=lambda r: r.iteration)
+
+    def source(self, src, what: str) -> Source:
+        """What a connection starts from: a registration id, or, for a tensor that is not
+        registered, its place in the autograd graph (the graph walk goes on from there to
+        the registered tensors it was computed from, as comgra does)."""
+        if not isinstance(src, torch.Tensor):
+            return self.resolve(src, what).rid
+        reg = self.by_tensor.get(id(src))
+        if reg is not None and reg.tensor is src:
+            return reg.rid
+        if not src.requires_grad:
+            raise RegistrationError(
+                f"{what}: the source tensor (shape {tuple(src.shape)}, {src.dtype}) is not "
+                "registered and does not require a gradient, so nothing links it to the "
+                "registered tensors. Register it with register_tensor() right after creating "
+                "it, or compute it from registered tensors with gradients enabled (not under "
+                "torch.no_grad())"
+            )
+        if src.grad_fn is None and id(src) not in self.conn_leaf:
+            raise RegistrationError(
+                f"{what}: the source tensor (shape {tuple(src.shape)}, {src.dtype}) is a leaf "
+                "that is not registered, so nothing links it to the registered tensors. "
+                "Register it with register_tensor() (track_module() for a parameter)"
+            )
+        # Holding the autograd node keeps it (and a leaf's gradient accumulator) alive
+        # until the step ends, like the other lookups of the step.
+        edge = get_gradient_edge(src)
+        return (edge.node, edge.output_nr)
 
     def connect(self, src, sink, what: str = "add_tensor_connection") -> None:
-        """An edge from ``src`` to ``sink`` where autograd has none."""
-        source = self.resolve(src, what)
+        """An edge from ``src`` to ``sink`` where autograd has none.
+
+        Either side may be a registered tensor, its name, or a tensor that is not
+        registered; an unregistered source stands for the registered tensors it was
+        computed from. A connection of a tensor to itself is refused here; longer loops
+        when the iteration's graph is built.
+        """
+        source = self.source(src, what)
         if isinstance(sink, str):
             target = self.resolve(sink, what)
-            self.conn_reg.setdefault(target.rid, set()).add(source.rid)
+            self._refuse_self(source, target, src, what)
+            self.conn_reg.setdefault(target.rid, set()).add(source)
             return
         if not isinstance(sink, torch.Tensor):
             raise RegistrationError(f"{what}: sink must be a tensor or a registered tensor's name")
         target = self.by_tensor.get(id(sink))
         if target is not None and target.tensor is sink:
-            self.conn_reg.setdefault(target.rid, set()).add(source.rid)
-        elif sink.grad_fn is not None:
-            self.conn_fn.setdefault(sink.grad_fn, set()).add(source.rid)
+            self._refuse_self(source, target, src, what)
+            self.conn_reg.setdefault(target.rid, set()).add(source)
+            return
+        if sink is src:
+            raise GraphError(
+                f"{what}: the source and the sink are the same tensor (shape "
+                f"{tuple(sink.shape)}); a tensor cannot depend on itself. Remove this call")
+        if sink.grad_fn is not None:
+            self.conn_fn.setdefault(sink.grad_fn, set()).add(source)
             self.keep_alive.append(sink)
         else:
             if not sink.requires_grad and (sink.is_floating_point() or sink.is_complex()):
                 sink.requires_grad_(True)
-            self.conn_leaf.setdefault(id(sink), set()).add(source.rid)
+            self.conn_leaf.setdefault(id(sink), set()).add(source)
             self.keep_alive.append(sink)
+
+    def _refuse_self(self, source: Source, target: Registration, src, what: str) -> None:
+        if source == target.rid or (isinstance(src, torch.Tensor) and src is target.tensor):
+            raise GraphError(
+                f"{what}: {target.tensor_name!r} would be connected to itself; a tensor "
+                "cannot depend on itself. Remove this call"
+            )
 
     # ----- gradients ----------------------------------------------------------------------
 
@@ -389,4 +438,7 @@ class Step:
     def unused_leaves(self) -> list[str]:
         """Names of leaves that ``register`` made require a gradient and that no graph of
         this step depends on: probably used before they were registered (edges lost)."""
-        return [name for rid, name in self.made_grad.items() if rid not in self.depended_on]
+        # A leaf that hand-made connections lead into (a detached copy) is meant to be one.
+        return [name for rid, name in self.made_grad.items()
+                if rid not in self.depended_on and rid not in self.conn_reg
+                and id(self.regs[rid].tensor) not in self.conn_leaf]
