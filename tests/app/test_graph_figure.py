@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
@@ -24,7 +25,7 @@ from comgra_like.app.graph_figure import (
     highlight_patch,
     highlight_updates,
     neighbor_in_direction,
-    short_label,
+    node_labels,
 )
 from dash import Patch
 from plotly.io.json import to_json_plotly
@@ -202,8 +203,10 @@ def test_labels_are_shortened_and_text_shrinks_on_big_graphs():
     small_size = next(t for t in small.data if t.name == "input").textfont.size
     big_trace = next(t for t in big.data if t.name == "calculated")
     assert big_trace.textfont.size < small_size
-    assert max(len(label) for label in big_trace.text) < max(len(n) for n in
-                                                             big_trace.customdata)
+    # 30 layers in 1000 px: a few characters a line, on a few lines
+    lines = [line for label in big_trace.text for line in label.split("<br>")]
+    assert max(len(line) for line in lines) < max(len(n) for n in big_trace.customdata)
+    assert max(label.count("<br>") for label in big_trace.text) < 3
     hover = dict(zip(big_trace.customdata, big_trace.hovertext))
     assert all(name in hover[name] for name in big_trace.customdata)
 
@@ -283,12 +286,113 @@ def test_client_highlight_data_describes_the_figure(model):
     assert data["arrows"] == list(model.arrow_edges)
 
 
-def test_short_label():
-    assert short_label("hidden", 10) == "hidden"
-    assert short_label("encoder.layer2.weight", 14) == "…layer2.weight"
-    assert short_label("encoder.layer2.weight", 8) == "…weight"
-    label = short_label("a_very_long_tensor_name", 9)
-    assert len(label) == 9 and label.startswith("a_v") and label.endswith("name")
+# Node names of comgra's tutorial (scripts/tutorial.py, a graph of example_runs/tutorial)
+TUTORIAL_NODES = [
+    "input", "memory", "memory@initial", "output",
+    "root_module.subnet_mem.layer_in.bias", "root_module.subnet_mem.layer_in.weight",
+    "root_module.subnet_mem.layer_out.bias", "root_module.subnet_mem.layer_out.weight",
+    "root_module.subnet_mem__hidden_state", "root_module.subnet_mem__out",
+    "root_module.subnet_mem__out@3",
+    "root_module.subnet_out.layer_in.bias", "root_module.subnet_out.layer_in.weight",
+    "root_module.subnet_out.layer_out.bias", "root_module.subnet_out.layer_out.weight",
+    "root_module.subnet_out__hidden_state", "root_module.subnet_out__out",
+    "root_module.subnet_pre", "root_module.subnet_pre__hidden_state",
+    "root_module.subnet_pre__out",
+]
+EXAMPLE_RUN = Path(__file__).resolve().parents[2] / "example_runs" / "tutorial"
+
+
+def joined(labels: dict) -> dict:
+    return {name: " ".join(lines) for name, lines in labels.items()}
+
+
+def test_node_labels_tell_the_tutorial_nodes_apart():
+    labels = node_labels(TUTORIAL_NODES, max_chars=16, max_lines=2)
+    assert len(set(map(tuple, labels.values()))) == len(TUTORIAL_NODES)
+    assert all(len(line) <= 16 for lines in labels.values() for line in lines)
+    # the three hidden states (all "subnet…n_state" before): the module stays, the
+    # shared "root_module." goes, the rest wraps instead of losing its middle
+    assert labels["root_module.subnet_mem__hidden_state"] == ["subnet_mem__", "hidden_state"]
+    assert labels["root_module.subnet_out__hidden_state"] == ["subnet_out__", "hidden_state"]
+    assert labels["root_module.subnet_pre__hidden_state"] == ["subnet_pre__", "hidden_state"]
+    # the eight weights and biases (all "…weight"/"…bias" before)
+    assert labels["root_module.subnet_mem.layer_in.weight"] == ["subnet_mem.", "layer_in.weight"]
+    assert labels["root_module.subnet_out.layer_out.bias"] == ["subnet_out.", "layer_out.bias"]
+    assert labels["root_module.subnet_pre"] == ["subnet_pre"]
+    # an import keeps its iteration after its node's label
+    assert labels["root_module.subnet_mem__out@3"] == ["subnet_mem__", "out@3"]
+    assert labels["memory@initial"] == ["memory@initial"]
+    assert labels["input"] == ["input"]
+    # with room, one line each
+    wide = joined(node_labels(TUTORIAL_NODES, max_chars=40, max_lines=1))
+    assert wide["root_module.subnet_out.layer_in.bias"] == "subnet_out.layer_in.bias"
+
+
+def test_node_labels_are_distinct_in_every_graph_of_the_example_run():
+    from comgra_like.query import open_group
+
+    group = open_group(EXAMPLE_RUN)
+    checked = set()
+    for trial in group.list_trials():
+        steps = group.list_steps(trial.trial_id)
+        for step, iteration, graph_hash in steps[["training_step", "iteration", "graph_hash"]
+                                                 ].drop_duplicates("graph_hash").itertuples(
+                                                     index=False):
+            graph = group.read_graph(trial.trial_id, int(step), int(iteration))
+            names = [node.name for node in graph.nodes]
+            labels = node_labels(names, max_chars=20, max_lines=2)
+            assert len(set(map(tuple, labels.values()))) == len(names), graph_hash
+            checked.add(graph_hash)
+    assert len(checked) >= 2
+
+
+def test_node_labels_hard_cases():
+    # identical endings at every depth: the shortest ending no other name has
+    labels = joined(node_labels(["a.x.w", "b.x.w", "c.y.w", "w", "x.w"], 40, 1))
+    assert labels == {"a.x.w": "a.x.w", "b.x.w": "b.x.w", "c.y.w": "y.w", "w": "w",
+                      "x.w": "x.w"}
+    # one node only: its own name, without its module path
+    assert node_labels(["encoder.layers.3.attention.weight"], 40, 1) == {
+        "encoder.layers.3.attention.weight": ["weight"]}
+    # a long single token is broken after "_" (or "-"), not in the middle with "…"
+    long = "hidden_state_of_the_recurrent_cell_17"
+    lines = node_labels([long], 14, 4)[long]
+    assert "".join(lines) == long and all(len(line) <= 14 for line in lines)
+    assert lines == ["hidden_state_", "of_the_", "recurrent_", "cell_17"]
+    # a token without any break: cut where it must, nothing lost
+    lines = node_labels(["x" * 30], 12, 3)["x" * 30]
+    assert lines == ["x" * 12, "x" * 12, "x" * 6]
+    # more lines than allowed: the distinguishing first line and the tensor's own name
+    name = "model.encoder_stack.block_7.attention.query.weight"
+    assert node_labels([name, "model.decoder_stack.block_7.attention.query.weight"], 12, 2)[
+        name] == ["encoder_…", "query.weight"]
+    # one line: the middle is cut out
+    (line,) = node_labels([name], 9, 1)[name]
+    assert line == "weight" or (len(line) == 9 and "…" in line)
+    assert node_labels(["a.b.c.d.e_f_g_h_i_j_k_l", "z.b.c.d.e_f_g_h_i_j_k_l"], 8, 1) == {
+        "a.b.c.d.e_f_g_h_i_j_k_l": ["a.b…_k_l"], "z.b.c.d.e_f_g_h_i_j_k_l": ["z.b…_k_l"]}
+    # separators at the ends, "___", a name that is only an "@": no empty or odd label
+    odd = ["a.", ".b", "x___y", "@3", "k@initial", "m._n"]
+    assert joined(node_labels(odd, 40, 1)) == {
+        "a.": "a.", ".b": "b", "x___y": "y", "@3": "@3", "k@initial": "k@initial", "m._n": "_n"}
+    assert node_labels([], 10, 2) == {}
+
+
+def test_graph_labels_wrap_in_the_figure_and_full_names_stay_on_hover():
+    from comgra_like.query import open_group
+
+    group = open_group(EXAMPLE_RUN)
+    graph = group.read_graph("trial_bugged_original_version", 4, 0)
+    # the size the Tensors page draws it at (app/pages/tensors.py)
+    figure = build_graph_figure(build_graph_model(graph), width_px=960, height_px=420)
+    traces = [t for t in figure.data[FIRST_NODE_TRACE:] if t.customdata]
+    text = {n: label for t in traces for n, label in zip(t.customdata, t.text)}
+    assert len(set(text.values())) == len(graph.nodes) == len(text)
+    assert all("…" not in label for label in text.values())  # nothing cut out
+    assert text["root_module.subnet_mem__hidden_state"] == "subnet_mem__<br>hidden_state"
+    assert text["root_module.subnet_out.layer_in.weight"] == "subnet_out.<br>layer_in.weight"
+    hover = {n: h for t in traces for n, h in zip(t.customdata, t.hovertext)}
+    assert all(f"<b>{node.name}</b>" in hover[node.name] for node in graph.nodes)
 
 
 def test_empty_graph_builds():
