@@ -33,8 +33,10 @@ What a comgra plugin gets, in comgra's vocabulary, for the selected trial and st
   graph but stored elsewhere (parameters, initial values, values imported from an
   earlier iteration) is ``node__<name>*old`` in that iteration, its role gets
   ``__from_initialization`` / ``__from_iteration_<k>`` (not for parameters), and data
-  of iteration -1 is only found through those names. A tensor registered under a second
-  name is found under both.
+  of iteration -1 is only found through those names. An imported value is named after
+  the tensor's last registration, as comgra does (``node__memory*old`` /
+  ``memory_out__from_iteration_0``), and also after its first (comgra_like's graph). A
+  tensor registered under a second name is found under both.
 - ``tsc`` (:class:`TrainingStepConfiguration`): ``type_of_execution``,
   ``graph_configuration_per_iteration`` (one entry per iteration of the step, with
   ``hash_of_node_graph_structure`` and ``tensor_graph_structure.tensor_references`` /
@@ -46,6 +48,13 @@ What a comgra plugin gets, in comgra's vocabulary, for the selected trial and st
 - ``recordings``: an object whose ``recordings`` attribute is ``db``.
 - ``type_of_execution``: the selected step's type of execution (never comgra's filter
   value ``'any_value'``).
+
+Differences in the data: comgra records a gradient of zeros for a tensor that got none;
+comgra_like records no gradient there, so such records are missing. ``svd`` is there for
+the forward values of 2-D parameters only (comgra also has it for their gradients).
+Checked on comgra's tutorial: apart from these, every key comgra's database has for a
+step is there; the extra keys are comgra_like's ``update`` records and its own names of
+imported values.
 
 Not supported: comgra's own modules (``import comgra...``: a plugin imports these
 classes from ``comgra_like.app.comgra_plugins`` instead); ``dash_svg`` (not a
@@ -160,22 +169,73 @@ def comgra_batch_aggregation(
 
 
 def comgra_node_name(node: Any, graph_iteration: int) -> str:
-    """The ``node__`` name comgra gives a graph node in the graph of ``graph_iteration``."""
+    """The ``node__`` name comgra gives a graph node in the graph of ``graph_iteration``
+    (comgra_like's name of the node; :class:`Naming` also knows comgra's second names)."""
     name = NODE_PREFIX + str(node.node)
     return name + OLD_SUFFIX if _is_old(node, graph_iteration) else name
 
 
 def comgra_role(node: Any, role: str, graph_iteration: int) -> str:
     """The role_within_node comgra gives ``role`` of a graph node in that graph."""
+    return role + _role_suffix(node, graph_iteration)
+
+
+def _role_suffix(node: Any, graph_iteration: int) -> str:
     if not _is_old(node, graph_iteration) or node.kind == vocab.PARAMETER:
-        return role
+        return ""
     if node.iteration < 0:
-        return f"{role}__from_initialization"
-    return f"{role}__from_iteration_{node.iteration}"
+        return "__from_initialization"
+    return f"__from_iteration_{node.iteration}"
 
 
 def _is_old(node: Any, graph_iteration: int) -> bool:
     return bool(node.is_import) or int(node.iteration) != graph_iteration
+
+
+def stored_location(node: Any, role: str) -> tuple[str, str, int]:
+    """(node, role, iteration) where a graph node's tensor is stored (follows aliases)."""
+    alias = (node.alias_of or {}).get(role)
+    if alias:
+        return str(alias[0]), str(alias[1]), int(alias[2])
+    return str(node.node), role, int(node.iteration)
+
+
+class Naming:
+    """comgra's names of the graph nodes of one step.
+
+    comgra names a value imported from an earlier iteration after the tensor's *last*
+    registration (``memory_out`` registered again as node ``memory``: ``node__memory*old``,
+    role ``memory_out__from_iteration_0``); comgra_like's graph shows it under its first
+    one. Both names are given, comgra's first.
+    """
+
+    def __init__(self, graphs: Mapping[int, Any]):
+        self._later: dict[tuple[str, str, int], tuple[str, str]] = {}
+        for graph in graphs.values():
+            for node in graph.nodes:
+                for role, target in (node.alias_of or {}).items():
+                    if not node.is_import:
+                        self._later[(str(target[0]), str(target[1]), int(target[2]))] = (
+                            str(node.node), role
+                        )
+
+    def names(self, node: Any, role: str, graph_iteration: int) -> list[tuple[str, str]]:
+        """(node name, role) pairs for ``role`` of ``node`` in that iteration, comgra's first."""
+        ours = (comgra_node_name(node, graph_iteration), comgra_role(node, role, graph_iteration))
+        if not _is_old(node, graph_iteration) or node.kind == vocab.PARAMETER:
+            return [ours]
+        later = self._later.get(stored_location(node, role))
+        if later is None:
+            return [ours]
+        theirs = (NODE_PREFIX + later[0] + OLD_SUFFIX,
+                  later[1] + _role_suffix(node, graph_iteration))
+        return [theirs] if theirs == ours else [theirs, ours]
+
+    def node_name(self, node: Any, graph_iteration: int) -> str:
+        """comgra's name of a whole node (of its first role, for a node of several)."""
+        if not node.roles:
+            return comgra_node_name(node, graph_iteration)
+        return self.names(node, node.roles[0], graph_iteration)[0][0]
 
 
 # --- the objects comgra's plugins receive ---------------------------------------------------
@@ -287,7 +347,9 @@ class PseudoDb:
         self._trial = trial_id
         self._step = int(training_step)
         self._records: dict[_Row, list[tuple[tuple, Any]]] = {}
-        self._rows, self.locations = _build_rows(query, trial_id, self._step)
+        self.graphs = _read_graphs(query, trial_id, self._step)
+        self.naming = Naming(self.graphs)
+        self._rows = _build_rows(query, trial_id, self._step, self.graphs, self.naming)
 
     def get_matches(
         self, filters: Mapping[str, Any]
@@ -335,35 +397,36 @@ class PseudoDb:
         return f"PseudoDb({self._trial!r}, step {self._step}, {len(self._rows)} tensors)"
 
 
-def _build_rows(query: Any, trial_id: str, step: int) -> tuple[list[_Row], list[_Location]]:
+def _read_graphs(query: Any, trial_id: str, step: int) -> dict[int, Any]:
+    """The dependency graph of every iteration of the step (by iteration, in order)."""
     steps = query.list_steps(trial_id)
-    steps = steps[steps["training_step"] == step]
-    iterations = sorted(int(i) for i in steps["iteration"])
-    locations: dict[tuple, _Location] = {}
+    iterations = sorted(int(i) for i in steps.loc[steps["training_step"] == step, "iteration"])
+    graphs = {}
     for iteration in iterations:
         try:
-            graph = query.read_graph(trial_id, step, iteration)
-        except (NotFoundError, StorageError):
+            graphs[iteration] = query.read_graph(trial_id, step, iteration)
+        except (NotFoundError, StorageError):  # not written yet, or damaged (reported)
             continue
+    return graphs
+
+
+def _build_rows(
+    query: Any, trial_id: str, step: int, graphs: Mapping[int, Any], naming: Naming
+) -> list[_Row]:
+    steps = query.list_steps(trial_id)
+    steps = steps[steps["training_step"] == step]
+    locations: dict[tuple, _Location] = {}
+    for iteration, graph in graphs.items():
         for node in graph.nodes:
             for role in node.roles:
-                stored = (node.alias_of or {}).get(role)
-                stored_node, stored_role, stored_iteration = (
-                    (str(stored[0]), str(stored[1]), int(stored[2]))
-                    if stored
-                    else (str(node.node), role, int(node.iteration))
-                )
-                location = _Location(
-                    iteration,
-                    comgra_node_name(node, iteration),
-                    comgra_role(node, role, iteration),
-                    stored_node,
-                    stored_role,
-                    stored_iteration,
-                    str(node.kind),
-                    tuple(node.shapes.get(role, ())) if node.shapes.get(role) is not None else None,
-                )
-                locations.setdefault((iteration, location.node_name, location.role), location)
+                stored_node, stored_role, stored_iteration = stored_location(node, role)
+                shape = node.shapes.get(role)
+                for node_name, comgra_role_name in naming.names(node, role, iteration):
+                    locations.setdefault((iteration, node_name, comgra_role_name), _Location(
+                        iteration, node_name, comgra_role_name, stored_node, stored_role,
+                        stored_iteration, str(node.kind),
+                        tuple(shape) if shape is not None else None,
+                    ))
 
     listing = query.list_tensors(trial_id, step)
     by_stored: dict[tuple, list[tuple]] = {}
@@ -398,7 +461,7 @@ def _build_rows(query: Any, trial_id: str, step: int) -> tuple[list[_Row], list[
             rows.append(_Row(key, location_with_kind, rt, agg, sample, shape,
                              (*stored_key, rt, agg, sample) in svd))
     rows.extend(_meta_rows(step, locations.values(), by_stored))
-    return rows, list(locations.values())
+    return rows
 
 
 def _with_kind(location: _Location, kind: str) -> _Location:
@@ -516,18 +579,20 @@ def _records_of(query: Any, trial_id: str, step: int, row: _Row) -> list[tuple[t
 # --- the 11 arguments ------------------------------------------------------------------------
 
 
-def _graph_configuration(graph: Any, iteration: int) -> GraphConfigurationOfOneIteration:
+def _graph_configuration(
+    graph: Any, iteration: int, naming: Naming
+) -> GraphConfigurationOfOneIteration:
     references: dict[tuple[str, str], TensorReference] = {}
     by_node: dict[str, list[TensorReference]] = {}
     for node in graph.nodes:
-        name = comgra_node_name(node, iteration)
         for role in node.roles:
             old = _is_old(node, iteration)
+            name, role_name = naming.names(node, role, iteration)[0]
             reference = TensorReference(
                 tensor_name=str(node.tensor_names.get(role, role)) + (OLD_SUFFIX if old else ""),
                 iteration=iteration,
                 node_name=name,
-                role_within_node=comgra_role(node, role, iteration),
+                role_within_node=role_name,
                 is_canonical_reference=not old and role not in (node.alias_of or {}),
             )
             references[(node.name, role)] = reference
@@ -547,8 +612,8 @@ def _graph_configuration(graph: Any, iteration: int) -> GraphConfigurationOfOneI
     )
 
 
-def _node_graph_structure(graph: Any, iteration: int) -> NodeGraphStructure:
-    names = {node.name: comgra_node_name(node, iteration) for node in graph.nodes}
+def _node_graph_structure(graph: Any, iteration: int, naming: Naming) -> NodeGraphStructure:
+    names = {node.name: naming.node_name(node, iteration) for node in graph.nodes}
     name_to_node = {
         names[node.name]: Node(names[node.name], str(node.kind)) for node in graph.nodes
     }
@@ -618,24 +683,25 @@ def comgra_arguments(query: Any, selection: Selection, db: PseudoDb | None = Non
     if steps.empty:
         raise NotFoundError(f"trial {trial!r} has no recorded step {step}")
     type_of_execution = str(steps["type_of_execution"].iloc[0])
-    configurations, graphs = [], {}
-    for iteration in (int(i) for i in steps["iteration"]):
-        graph = query.read_graph(trial, step, iteration)
-        graphs[iteration] = graph
-        configurations.append(_graph_configuration(graph, iteration))
+    configurations = [
+        _graph_configuration(graph, iteration, db.naming) for iteration, graph in db.graphs.items()
+    ]
     tsc = TrainingStepConfiguration(type_of_execution, _modules(query, trial), configurations)
     iteration = selection.iteration
-    graph = graphs.get(iteration) if iteration is not None else None
-    ngs = _node_graph_structure(graph, iteration) if graph is not None else NodeGraphStructure({})
+    graph = db.graphs.get(iteration) if iteration is not None else None
+    ngs = (
+        _node_graph_structure(graph, iteration, db.naming) if graph is not None
+        else NodeGraphStructure({})
+    )
     node = (
         next((n for n in graph.nodes if n.name == selection.graph_node), None)
         if graph is not None else None
     )
-    node_name = comgra_node_name(node, iteration) if node is not None else None
-    role = (
-        comgra_role(node, selection.graph_role, iteration)
-        if node is not None and selection.graph_role is not None else None
-    )
+    node_name = role = None
+    if node is not None:
+        node_name = db.naming.node_name(node, iteration)
+        if selection.graph_role is not None:
+            node_name, role = db.naming.names(node, selection.graph_role, iteration)[0]
     categories, batch_size = _sample_categories(steps)
     aggregation = (
         comgra_batch_aggregation(selection.aggregation, selection.sample_index, categories,

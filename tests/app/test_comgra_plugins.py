@@ -175,17 +175,21 @@ def test_get_matches_returns_the_recorded_values(group, db):
 
 
 def test_get_matches_follows_imports_and_second_names(group, db):
-    # memory_out of iteration 0, shown in iteration 1: comgra's *old node, role suffix
+    # memory_out of iteration 0, shown in iteration 1, has comgra's name (after its last
+    # registration, as node 'memory'), and comgra_like's (after its first)
     previous = group.read_tensor(TRIAL, STEP, 0, "root_module.subnet_mem__out",
                                  "root_module.subnet_mem__out", "forward", "batch_mean")
-    found = _values(db.get_matches({
-        "iteration": 1, "node_name": "node__root_module.subnet_mem__out*old",
-        "role_within_node": "root_module.subnet_mem__out__from_iteration_0",
-        "type_of_tensor_recording": "forward", "batch_aggregation": "batch_mean",
-        "record_type": "data", "item": "neuron",
-    })[0])
-    np.testing.assert_allclose([found[("neuron", str(i))] for i in range(50)], previous.values,
-                               rtol=1e-6)
+    for node_name, role in (
+        ("node__memory*old", "memory_out__from_iteration_0"),
+        ("node__root_module.subnet_mem__out*old", "root_module.subnet_mem__out__from_iteration_0"),
+    ):
+        found = _values(db.get_matches({
+            "iteration": 1, "node_name": node_name, "role_within_node": role,
+            "type_of_tensor_recording": "forward", "batch_aggregation": "batch_mean",
+            "record_type": "data", "item": "neuron",
+        })[0])
+        np.testing.assert_allclose([found[("neuron", str(i))] for i in range(50)],
+                                   previous.values, rtol=1e-6)
     # the initial memory (iteration -1) in iteration 0
     initial = group.read_tensor(TRIAL, STEP, -1, "memory", "initial_memory", "forward",
                                 "batch_std")
@@ -259,11 +263,12 @@ def test_training_step_configuration_and_node_graph(group, recorded):
         steps["graph_hash"]
     )
     assert (step, recording_type, aggregation, iteration) == (STEP, "gradients", "Sample 3", 1)
-    assert (node_name, role) == ("node__root_module.subnet_mem__out*old",
-                                 "root_module.subnet_mem__out__from_iteration_0")
+    assert (node_name, role) == ("node__memory*old", "memory_out__from_iteration_0")  # comgra's
     graph = group.read_graph(TRIAL, STEP, 1)
     assert ngs.node_graph_hash == graph.graph_hash
-    assert set(ngs.name_to_node) == {cp.comgra_node_name(n, 1) for n in graph.nodes}
+    assert set(ngs.name_to_node) == {db.naming.node_name(n, 1) for n in graph.nodes}
+    assert {"node__input", "node__memory", "node__memory*old",
+            "node__root_module.subnet_pre*old"} <= set(ngs.name_to_node)
     assert ngs.name_to_node["node__input"].type_of_tensor == "input"
     assert sorted(name for column in ngs.dag_format for name in column) == sorted(ngs.name_to_node)
     references = tsc.graph_configuration_per_iteration[LAST].tensor_graph_structure
