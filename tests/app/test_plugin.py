@@ -99,3 +99,33 @@ def test_unusable_return_value_is_reported(tmp_path):
 
 def test_context_repr_leaves_out_the_query():
     assert "query" not in repr(_ctx(query=object()))
+
+
+COMGRA_SIGNATURE = (
+    "def create_visualization(recordings, type_of_execution, tsc, ngs, db, "
+    "training_step_value, type_of_recording_value, batch_aggregation_value, "
+    "iteration_value, node_name, role_of_tensor_in_node_value):\n"
+)
+
+
+def test_comgra_style_plugin_waits_for_a_selection(tmp_path):
+    plugin_file = tmp_path / "vis.py"
+    plugin_file.write_text(COMGRA_SIGNATURE + "    raise AssertionError('not called')\n")
+    plugin = VisualizationPlugin(plugin_file)
+    out = plugin.render(_ctx(trial_id=None))
+    assert plugin.style == "comgra"
+    assert "Select a trial" in str(out.to_plotly_json()) and "plugin-error" not in out.className
+
+
+def test_native_form_with_optional_parameters_stays_native(tmp_path):
+    plugin_file = tmp_path / "vis.py"
+    plugin_file.write_text("def create_visualization(ctx, scale=2):\n    return ctx.trial_id\n")
+    plugin = VisualizationPlugin(plugin_file)
+    out = plugin.render(_ctx())
+    assert plugin.style == "native" and out.children == "t"
+    # the file changes to comgra's form: re-imported, the form is detected again
+    plugin_file.write_text(COMGRA_SIGNATURE + "    return node_name\n")
+    st = plugin_file.stat()
+    os.utime(plugin_file, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    out = plugin.render(_ctx())  # query=None: no data to build comgra's arguments from
+    assert plugin.style == "comgra" and "Select a trial" in str(out.to_plotly_json())
