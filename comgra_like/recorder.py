@@ -652,6 +652,10 @@ class ComgraRecorder:
             self._drop_step()
             self._stage = "idle"
         self._finalized = True
+        # A script that keeps its finished recorders (to report on them, or in a global
+        # until the next model replaces it) must not keep the models' tensors alive.
+        self._params = []
+        self._param_template = None
         self._submit_kpis()
         self._writer.close(finish=True)  # compacts the trial and marks it finished
 

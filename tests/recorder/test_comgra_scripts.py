@@ -4,6 +4,10 @@ process, and ``record_kpi_in_graph`` with every kind of number."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +26,7 @@ from comgra_like.query import open_group
 from comgra_like.recorder import ComgraRecorder
 
 BATCH_AGGREGATIONS = ["batch_mean", "batch_abs_max", "batch_std"]
+CHILD = Path(__file__).with_name("multi_model_child.py")
 
 
 def _train_step(rec, net, opt, step, x, **start):
@@ -228,3 +233,51 @@ def test_kpis_that_are_not_one_number_are_refused(tmp_path):
     rec.finalize()
     kpis = open_group(tmp_path / "g").read_kpis("t")
     assert kpis["value"].tolist() == [2.5, 3.5]
+
+
+# ----- item 4: several models, one after another, in one process -----------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("keep_recorders", [False, True], ids=["recorders-dropped",
+                                                              "recorders-kept"])
+def test_models_trained_one_after_another_in_one_process(tmp_path, keep_recorders):
+    models, steps = 4, 4
+    env = {k: v for k, v in os.environ.items() if k != "COMGRA_LIKE_WRITER"}  # the default
+    args = [sys.executable, str(CHILD), str(tmp_path), "compare", str(models), str(steps)]
+    run = subprocess.run(args + (["--keep-recorders"] if keep_recorders else []),
+                         check=False, capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    reports = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r["model"] for r in reports] == list(range(models))
+
+    for r in reports:
+        # The writer of each model has ended and been reaped before the next one starts.
+        assert r["writer_pid"] is not None
+        assert r["children"] == [], r
+        assert not Path(f"/proc/{r['writer_pid']}").exists(), r
+        # Nothing of the finished model stays alive: the recorder only if the script
+        # keeps it, and then without the model's tensors or its shared memory.
+        assert r["alive"] == (["recorder"] if keep_recorders else []), r
+        assert r["shm_files"] == [] and r["mapped_segments"] == [], r
+        assert r["fds"] == reports[0]["fds"], r
+    # Memory does not grow with the models: each leaked model would add its parameters
+    # and gradients (~8.6 MB) at least.
+    params = 16 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 + 1
+    assert reports[-1]["rss"] - reports[1]["rss"] < params * 4 * 2, reports
+
+    group = open_group(tmp_path / "compare")
+    assert group.skipped == []
+    trials = {t.trial_id: t for t in group.list_trials()}
+    assert sorted(trials) == [f"model_{i}" for i in range(models)]
+    for trial_id, info in trials.items():
+        assert info.status == "finished", trial_id
+        trial_json = json.loads((tmp_path / "compare" / "trials" / trial_id / "trial.json")
+                                .read_text())
+        assert trial_json["status"] == "finished"
+        assert group.list_steps(trial_id)["training_step"].tolist() == list(range(steps))
+        assert group.read_kpis(trial_id)["timepoint"].tolist() == list(range(steps))
+        assert [n.text for n in group.read_notes(trial_id)] == [f"Model: {trial_id}"]
+        weight = group.read_tensor(trial_id, steps - 1, -1, "model.", "model.2.weight",
+                                   "update", "none")
+        assert weight.stats["abs_max"] > 0
