@@ -104,7 +104,8 @@ OLD_SUFFIX = "*old"  # comgra's mark of a node shown in an iteration it was not 
 NOT_APPLICABLE = "not_applicable"
 DATA, META = "data", "meta_information"
 NO_BATCH_DIMENSION = "has_no_batch_dimension"
-STAT_ITEMS: tuple[str, ...] = ("mean", "abs_mean", "std", "abs_max")
+# comgra's statistic items: our first four statistics, with the same names and meaning
+STAT_ITEMS: tuple[str, ...] = vocab.STATISTICS[: vocab.STATISTIC_INDEX["abs_max"] + 1]
 NATIVE, COMGRA = "native", "comgra"
 
 _ROW_ATTRIBUTES = ATTRIBUTES[:7]  # what a record shares with the others of its tensor
