@@ -1,0 +1,21 @@
+"""No false alarms on the committed example run of the tutorial."""
+
+from __future__ import annotations
+
+from comgra_like.analysis import DETECTORS, WARNING, at_least, find_in_trial
+from comgra_like.query import open_group
+
+from .conftest import EXAMPLE_RUN, FIXED_TRIAL
+
+
+def test_the_fixed_tutorial_trial_raises_nothing_at_warning_or_above():
+    group = open_group(EXAMPLE_RUN)
+    for name in DETECTORS:
+        assert at_least(find_in_trial(group, FIXED_TRIAL, [name]), WARNING) == [], name
+
+
+def test_the_bugged_trial_neither():
+    # Its bug (a LeakyReLU after the output layer) does not make values non-finite,
+    # units dead or gradients vanish in three recorded steps.
+    group = open_group(EXAMPLE_RUN)
+    assert at_least(find_in_trial(group, "trial_bugged_original_version"), WARNING) == []
