@@ -2,6 +2,7 @@
 
 comgra --path DIR [--port 8055] [--host 127.0.0.1] [--visualization-file FILE]
        [--use-path-for-test-run] [--refresh SECONDS] [--cache-mb MB] [--debug]
+comgra findings --path DIR [--trial T] [--json] [--fail-on SEVERITY]   (analysis/cli.py)
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def describe_path(path: Path) -> tuple[str, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["findings"]:  # `comgra findings ...`: comgra_like/analysis/cli.py
+        from comgra_like.analysis.cli import main as findings_main
+
+        return findings_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="comgra: %(levelname)s: %(message)s")

@@ -162,6 +162,7 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path, monkeypatch):
     "from comgra_like.app import create_app",
     "import comgra_like.query",
     "from comgra_like.writer import process, worker",
+    "import comgra_like.analysis.cli",
 ])
 def test_no_torch_on_the_way(statement):
     code = f"import sys\n{statement}\nassert 'torch' not in sys.modules, 'torch was imported'\n"
