@@ -378,7 +378,7 @@ def step_marker_shapes(current_step: int | None) -> list[dict]:
 
 #: Up to this many points a KPI line also marks its points; a line of one point would be
 #: invisible, so a single point is a marker alone.
-MAX_KPI_POINTS_WITH_MARKERS = 40
+MAX_KPI_POINTS_WITH_MARKERS = 20
 #: Up to this many types of execution a trial's KPIs get one line per type; beyond that,
 #: types whose names differ only in their numbers share a line (see
 #: :func:`kpi_type_lines`), so that the legend stays readable.
@@ -463,7 +463,7 @@ def kpi_figures(
                 "marker": {"size": 8 if len(line) == 1 else 5},
                 "hovertemplate": f"{label}<br>step %{{x}}<br>%{{y:.7g}}<extra></extra>",
             }
-            if line["type_of_execution"].nunique() > 1:
+            if (line["type_of_execution"] != line_name).any():
                 # a shared line: the hover names each point's own type
                 trace["text"] = [plot_text(t) for t in line["type_of_execution"]]
                 trace["hovertemplate"] = (
@@ -480,6 +480,7 @@ def kpi_figures(
             yaxis=axis(),
             # at the right, one entry per line: it scrolls instead of squeezing the plot
             legend={"orientation": "v", "x": 1.01, "y": 1, "font": {"size": 11}},
+            showlegend=True,  # also for one line: it names what the line is
             hovermode="x unified",
             uirevision=str(group),
         )
@@ -490,12 +491,10 @@ def kpi_figures(
 def _grouping_note(part: pd.DataFrame) -> str:
     types = part["type_of_execution"].nunique()
     lines = part["_line"].nunique()
+    # short enough for half the page's width; the hover names each point's own type
     if (part["_line"] == ALL_TYPES).all():
-        return f"{types} types of execution in one line; the hover names each point's type"
-    return (
-        f"{types} types of execution in {lines} line{'s' if lines != 1 else ''}: "
-        "types whose names differ only in numbers share a line (* in the legend)"
-    )
+        return f"{types} types of execution in one line"
+    return f"{types} types of execution in {lines} line{'s' if lines != 1 else ''} (* for numbers)"
 
 
 # --- network --------------------------------------------------------------------------

@@ -120,6 +120,8 @@ _MAX_LABEL_CHARS = 28  # characters a label's line has at most
 _MAX_LABEL_LINES = 3
 _CHAR_WIDTH = 0.6  # the mean width of a character of the UI font, in font sizes
 _LINE_HEIGHT = 1.3  # plotly's distance between lines of a text, in font sizes
+_MARGIN_HEIGHT = 45  # px of the figure's height outside the plot: margins, legend row
+_MARGIN_WIDTH = 16
 # Every highlight redraws every label (plotly re-lays out all text of the plot on each
 # data change, ~0.1 ms per label in headless Chromium), so a graph with more nodes never
 # gets labels, however much room it has; the hover text names every node.
@@ -764,6 +766,8 @@ def _label_style(
     nodes.
     """
     ys = [p[1] for p in layout.positions.values()] or [0.0]
+    # the plot area: the figure less its margins and the legend's row
+    height_px, width_px = height_px - _MARGIN_HEIGHT, width_px - _MARGIN_WIDTH
     px_per_unit = height_px / (max(ys) - min(ys) + 2 * _Y_PADDING)
     px_per_layer = width_px / (max(layout.num_layers - 1, 0) + 2 * _X_PADDING)
     marker = int(min(16, max(6, px_per_unit * 0.45)))
