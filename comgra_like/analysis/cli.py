@@ -60,10 +60,15 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         print(f"comgra findings: error: {e}", file=sys.stderr)
         return 2
     failing = at_least(findings, args.fail_on)
+    # Damaged files are left out of the scan: say so, a finding may hide in them.
+    skipped = [{"path": s.path, "reason": s.reason} for s in group.skipped]
+    for s in skipped:
+        print(f"comgra findings: warning: skipped a damaged file, its data is not scanned: "
+              f"{s['path']}: {s['reason']}", file=sys.stderr)
     if args.json:
         json.dump({"group": str(path), "trials": [args.trial] if args.trial else trials,
                    "fail_on": args.fail_on, "failed": bool(failing),
-                   "counts": _counts(findings),
+                   "counts": _counts(findings), "skipped_files": skipped,
                    "findings": [f.to_dict() for f in findings]}, out, indent=2)
         out.write("\n")
     else:

@@ -23,7 +23,15 @@ from collections.abc import Iterator
 import pandas as pd
 
 from ..query import Graph
-from ..vocabulary import BATCH_ABS_MAX, FORWARD, NO_BATCH, UPDATE, is_gradient
+from ..vocabulary import (
+    BATCH_ABS_MAX,
+    FORWARD,
+    INPUT,
+    NO_BATCH,
+    PARAMETER,
+    UPDATE,
+    is_gradient,
+)
 from .core import ERROR, Finding, TrialData, where
 
 KIND = "first_non_finite"
@@ -74,8 +82,11 @@ def detect(data: TrialData) -> list[Finding]:
     before = ("it is the first recorded step" if last_finite is None
               else f"the recorded step before it, {last_finite}, was finite")
     if recording_type == FORWARD:
-        cause = ("everything it depends on is finite" if not _is_parameter(rows, node, role)
-                 else "it is a parameter: an update of an earlier, unrecorded step made it so")
+        kind = _kind(rows, node, role)
+        cause = {PARAMETER: "it is a parameter: an update of an earlier, unrecorded step "
+                            "made it so",
+                 INPUT: "it is an input: the data itself is not finite"}.get(
+                     kind, "everything it depends on is finite")
     elif recording_type == UPDATE:
         cause = "the values and gradients of the step are finite"
     else:
@@ -122,9 +133,9 @@ def _what(nan: float, inf: float, numel: float, batched: bool) -> str:
     return " and ".join(parts) + f" among its {int(numel)} values{per}"
 
 
-def _is_parameter(rows: pd.DataFrame, node: str, role: str) -> bool:
+def _kind(rows: pd.DataFrame, node: str, role: str) -> str | None:
     match = rows[(rows["node"] == node).to_numpy() & (rows["role"] == role).to_numpy()]
-    return bool(len(match)) and str(match["kind"].iloc[0]) == "parameter"
+    return str(match["kind"].iloc[0]) if len(match) else None
 
 
 def _has(rows: pd.DataFrame, node: str, role: str, aggregation: str) -> bool:

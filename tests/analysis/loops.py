@@ -226,3 +226,35 @@ def bad_batches(root: Path, steps: int = 30, spike_at: int | None = 20,
         rec.finish_batch()
     rec.finalize()
     return root / group
+
+
+def nan_in_the_data(root: Path, steps: int = 6, bad_at: int = 3,
+                    group: str = "nan_in_the_data") -> Path:
+    """A batch whose input holds a NaN at step ``bad_at`` (a broken record in the data)."""
+    torch.manual_seed(6)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = _recorder(root, group, "nan_in_the_data", steps)
+    rec.track_module("model", model)
+    for step in range(steps):
+        x = torch.randn(BATCH, 4)
+        if step == bad_at:
+            x[5, 2] = float("nan")
+        rec.start_batch(step, BATCH)
+        rec.start_iteration()
+        rec.register_tensor("input", x, is_input=True)
+        prediction = model(x)
+        rec.register_tensor("prediction", prediction)
+        _backward(rec, (prediction ** 2).mean(), optimizer)
+        rec.finish_iteration()
+        rec.finish_batch()
+    rec.finalize()
+    return root / group
+
+
+def nothing_recorded(root: Path, group: str = "nothing_recorded") -> Path:
+    """A trial whose recorder was finalized before any step."""
+    rec = _recorder(root, group, "nothing_recorded", 0)
+    rec.add_note("nothing to see")
+    rec.finalize()
+    return root / group

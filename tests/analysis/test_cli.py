@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,16 @@ def test_bad_paths_and_trials_are_errors_that_say_what_to_pass(tmp_path):
         in trial.stderr
     usage = run("--path", str(EXAMPLE_RUN), "--fail-on", "fatal")
     assert usage.returncode == 2 and "invalid choice" in usage.stderr
+
+
+def test_a_damaged_file_is_named_and_the_rest_scanned(tmp_path):
+    group = tmp_path / "tutorial"
+    shutil.copytree(EXAMPLE_RUN, group)
+    shard = min((group / "trials" / "trial_bugged_original_version" / "tensors")
+                .glob("*.parquet"))
+    shard.write_bytes(b"not parquet")
+    done = run("--path", str(group), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [Path(s["path"]).name for s in report["skipped_files"]] == [shard.name]
+    assert f"skipped a damaged file, its data is not scanned: {shard}" in done.stderr

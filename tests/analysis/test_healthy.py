@@ -19,3 +19,9 @@ def test_the_bugged_trial_neither():
     # units dead or gradients vanish in three recorded steps.
     group = open_group(EXAMPLE_RUN)
     assert at_least(find_in_trial(group, "trial_bugged_original_version"), WARNING) == []
+
+
+def test_a_trial_without_steps_has_no_findings(recorded):
+    from comgra_like.analysis import find
+
+    assert find(recorded("nothing_recorded")) == []

@@ -51,3 +51,10 @@ def test_sparse_recording_names_the_parameter_and_the_finite_step_before(recorde
 
 def test_no_finding_without_the_fault(recorded):
     assert [f for f in find(recorded("log_of_zero", zero_at=None)) if f.kind == KIND] == []
+
+
+def test_a_nan_in_the_data_is_traced_to_the_input(recorded):
+    f = _first(recorded("nan_in_the_data", bad_at=3))
+    assert (f.steps, f.node, f.recording_type) == ((3,), "input", "forward")
+    assert f.numbers["nan_count"] == 1 and f.numbers["last_finite_step"] == 2
+    assert "the data itself is not finite" in f.explanation
