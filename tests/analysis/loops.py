@@ -35,17 +35,20 @@ def _backward(rec, loss, optimizer) -> None:
 
 
 def log_of_zero(root: Path, steps: int = 12, zero_at: int | None = 7,
-                group: str = "log_of_zero", record_every: int = 1) -> Path:
+                group: str = "log_of_zero", record_every: int = 1, op: str = "log") -> Path:
     """``log`` of a value that shrinks linearly and reaches exactly 0 at step
     ``zero_at``: node ``z_log_positive`` is -inf there (its input ``positive`` is 0, finite);
     the loss is inf, the backward pass makes the gradients and then the weights NaN.
-    ``record_every``: record only every n-th step (from step 0)."""
+    ``record_every``: record only every n-th step (from step 0). ``op="sqrt"``: the square
+    root instead (node ``z_sqrt_positive``), which is finite at 0 while its derivative is
+    not: the forward pass of that step is finite, the gradient of ``positive`` is -inf."""
     torch.manual_seed(0)
     body, head = nn.Linear(4, 8), nn.Linear(8, 1)
     net = nn.ModuleDict({"body": body, "head": head})
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
     rec = _recorder(root, group, "log_of_zero", steps, every=record_every)
     rec.track_module("net", net)
+    function = {"log": torch.log, "sqrt": torch.sqrt}[op]
     for step in range(steps):
         x = torch.randn(BATCH, 4)
         rec.start_batch(step, BATCH)
@@ -56,10 +59,10 @@ def log_of_zero(root: Path, steps: int = 12, zero_at: int | None = 7,
         scale = 1.0 if zero_at is None else max(0.0, 1.0 - step / zero_at)
         positive = torch.sigmoid(head(hidden)) * scale
         rec.register_tensor("positive", positive)
-        log_positive = torch.log(positive)
+        result = function(positive)
         # Named to sort after "loss": the finder must follow the graph, not the alphabet.
-        rec.register_tensor("z_log_positive", log_positive)
-        _backward(rec, -log_positive.mean(), optimizer)
+        rec.register_tensor(f"z_{op}_positive", result)
+        _backward(rec, -result.mean(), optimizer)
         rec.finish_iteration()
         rec.finish_batch()
     rec.finalize()

@@ -58,3 +58,14 @@ def test_a_nan_in_the_data_is_traced_to_the_input(recorded):
     assert (f.steps, f.node, f.recording_type) == ((3,), "input", "forward")
     assert f.numbers["nan_count"] == 1 and f.numbers["last_finite_step"] == 2
     assert "the data itself is not finite" in f.explanation
+
+
+def test_a_gradient_that_is_not_finite_is_traced_backwards(recorded):
+    # sqrt(0) = 0 is finite; its derivative is not. Step 7's values are all finite, the
+    # first non-finite number is the gradient of `positive`, where sqrt's derivative
+    # meets the (finite) gradient coming from the loss.
+    f = _first(recorded("log_of_zero", zero_at=7, op="sqrt"))
+    assert f.steps == (7,) and f.numbers["last_finite_step"] == 6
+    assert (f.node, f.recording_type) == ("positive", "gradient:gradients")
+    assert f.numbers["inf_count"] == 1
+    assert "the gradients of what uses it" in f.explanation
