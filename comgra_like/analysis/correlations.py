@@ -11,7 +11,11 @@ looking like a relation between the two, and one extreme sample from deciding it
 
 The strongest ``TOP`` tensors (the strongest statistic of each) with ``|r| >= MIN_R``
 over at least ``MIN_SAMPLES`` samples from ``MIN_STEPS`` steps are reported, as info: a
-hint where to look, not a diagnosis. The tutorial's ``helper_partial_sums``, whose final
+hint where to look, not a diagnosis. Hundreds of (tensor, statistic) pairs are tried, so
+a strength must also stand out from chance: ``|r| * sqrt(n - steps - 1)`` (about a
+standard normal without a relation; ``n - steps`` samples are free once each step is
+centred) must reach ``MIN_Z`` = 3.5, what 0.05 / 400 tries needs. 25 samples from 5 steps
+need |r| > 0.78; 300 from 60 steps |r| > 0.23. The tutorial's ``helper_partial_sums``, whose final
 running sum near zero makes a sample hard, shows up this way (mean |x| down, loss up).
 """
 
@@ -29,6 +33,7 @@ TOP = 5
 MIN_R = 0.3
 MIN_SAMPLES = 20
 MIN_STEPS = 3
+MIN_Z = 3.5
 
 
 def detect(data: TrialData) -> list[Finding]:
@@ -59,8 +64,10 @@ def detect(data: TrialData) -> list[Finding]:
         merged["role"] = merged["role"].astype(str)
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite samples drop out
             results = _correlate(merged)
+        free = np.maximum(results["n"] - results["steps"] - 1, 0)
+        results = results.assign(z=results["r"].abs() * np.sqrt(free))
         results = results[(results["n"] >= MIN_SAMPLES) & (results["steps"] >= MIN_STEPS)
-                          & (results["r"].abs() >= MIN_R)]
+                          & (results["r"].abs() >= MIN_R) & (results["z"] >= MIN_Z)]
         if results.empty:
             continue
         best = results.loc[results["r"].abs().groupby([results["node"], results["role"]])
@@ -105,7 +112,8 @@ def _finding(data: TrialData, loss_node: str, row, merged: pd.DataFrame) -> Find
     step = int(top["training_step"])
     explanation = (f"Per-sample {loss_node!r} is higher where the {label} of {row.node!r} "
                    f"(role {row.role!r}) {direction}: r = {fmt(row.r)} over {int(row.n)} "
-                   f"samples of {int(row.steps)} steps (rank correlation within steps).")
+                   f"samples of {int(row.steps)} steps (rank correlation within steps, "
+                   f"{fmt(row.z)} standard errors from none).")
     return Finding(
         kind=KIND, severity=INFO, trial_id=data.trial_id, steps=(step,), node=row.node,
         role=row.role, recording_type=FORWARD, explanation=explanation,
@@ -113,6 +121,7 @@ def _finding(data: TrialData, loss_node: str, row, merged: pd.DataFrame) -> Find
                     iteration=int(top["iteration"]), node=row.node, role=row.role,
                     recording_type=FORWARD, aggregation=SAMPLE,
                     sample_index=int(top["sample_index"]), statistic=row.statistic),
-        numbers={"r": float(row.r), "samples": int(row.n), "steps": int(row.steps),
+        numbers={"r": float(row.r), "z": float(row.z), "samples": int(row.n),
+                 "steps": int(row.steps),
                  "statistic": row.statistic, "loss_node": loss_node},
     )
