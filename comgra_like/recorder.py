@@ -683,9 +683,9 @@ class ComgraRecorder:
         elif isinstance(val, (str, bytes)):
             # float() would parse it; comgra refuses it, and a number was meant
             raise ConfigurationError(
-                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is a string; "
-                "pass the number itself (a float, an int, a numpy scalar or a one-element "
-                "tensor)"
+                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is not a "
+                "number but a string; pass the number itself (a float, an int, a numpy scalar "
+                "or a one-element tensor)"
             )
         elif getattr(val, "ndim", 0) and getattr(val, "size", 0) == 1:
             val = val.item()  # a one-element numpy array, like a one-element tensor
