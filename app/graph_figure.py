@@ -653,15 +653,16 @@ def node_labels(
 ) -> dict[str, list[str]]:
     """The label of each node, as lines of at most ``max_chars`` characters.
 
-    A label is the shortest ending of the node's name that starts after a ``.``, ``/``
-    or ``__`` and that no other name ends with: what all names share
-    (``root_module.``) goes, what tells the nodes apart stays
-    (``subnet_mem__hidden_state``, not ``hidden_state``, which three nodes end with).
-    An import's ``@<iteration>`` stays after the label of its node. Labels are wrapped
-    at those boundaries (a part longer than a line after a ``_`` or ``-``, else where it
-    must). A label longer than ``max_lines`` lines keeps its first line (what tells it
-    apart) and its last lines (the tensor's own name), with ``…`` for what is left out;
-    on a single line its middle is cut out.
+    A label is the node's name less the longest prefix, ending in a ``.``, ``/`` or
+    ``__``, that another name starts with too, as long as no other name ends with the
+    rest: the module path the names share (``root_module.``) goes, what tells the nodes
+    apart stays (``subnet_mem__hidden_state``, not ``hidden_state``, which three nodes
+    end with). An import's ``@<iteration>`` stays after the label of its node. Labels
+    are wrapped at those boundaries (a part longer than a line after a ``_`` or ``-``,
+    else where it must), in lines as even as their number allows. A label longer than
+    ``max_lines`` lines keeps its first line (what tells it apart) and its last lines
+    (the tensor's own name), with ``…`` for what is left out; on a single line its
+    middle is cut out.
     """
     max_chars = max(3, int(max_chars))
     max_lines = max(1, int(max_lines))
@@ -676,14 +677,19 @@ def _distinct(names: Iterable[str]) -> dict[str, str]:
         cut = match.start() if match and match.start() > 0 else len(name)
         split[name] = (name[:cut], name[cut:])
     endings: dict[str, int] = {}
+    prefixes: dict[str, int] = {}
     starts = {}
     for base in {base for base, _ in split.values()}:
         starts[base] = [0, *(m.end() for m in _BOUNDARY.finditer(base))]
         for start in starts[base]:
             endings[base[start:]] = endings.get(base[start:], 0) + 1
+            prefixes[base[:start]] = prefixes.get(base[:start], 0) + 1
     labels = {}
     for name, (base, suffix) in split.items():
-        unique = [base[i:] for i in starts[base] if endings[base[i:]] == 1]
+        # only a prefix another name shares is dropped: a module path, not a "/" that
+        # happens to be in a name ("<b>x</b>", "loss/grad ratio")
+        unique = [base[i:] for i in starts[base]
+                  if endings[base[i:]] == 1 and (i == 0 or prefixes[base[:i]] > 1)]
         # the last unique ending is the shortest; none is unique when the whole name is
         # another name's ending ("weight" and "layer.weight"): then the whole name
         labels[name] = (unique[-1] if unique else base) + suffix

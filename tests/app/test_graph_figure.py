@@ -347,13 +347,24 @@ def test_node_labels_are_distinct_in_every_graph_of_the_example_run():
 
 
 def test_node_labels_hard_cases():
-    # identical endings at every depth: the shortest ending no other name has
-    labels = joined(node_labels(["a.x.w", "b.x.w", "c.y.w", "w", "x.w"], 40, 1))
-    assert labels == {"a.x.w": "a.x.w", "b.x.w": "b.x.w", "c.y.w": "y.w", "w": "w",
-                      "x.w": "x.w"}
-    # one node only: its own name, without its module path
-    assert node_labels(["encoder.layers.3.attention.weight"], 40, 1) == {
-        "encoder.layers.3.attention.weight": ["weight"]}
+    # identical endings at every depth: the shared module path goes, as far as the rest
+    # stays unique
+    names = ["m.a.x.w", "m.b.x.w", "m.c.y.w", "m.c.z.w", "m.w", "m.x.w"]
+    assert joined(node_labels(names, 40, 1)) == {
+        "m.a.x.w": "a.x.w", "m.b.x.w": "b.x.w", "m.c.y.w": "y.w", "m.c.z.w": "z.w",
+        "m.w": "m.w",  # "w" would read as the "w" all of them end with
+        "m.x.w": "m.x.w"}
+    # a prefix no other name shares stays: nothing to tell apart
+    assert joined(node_labels(["a.x.w", "b.x.w", "c.y.w"], 40, 1)) == {
+        "a.x.w": "a.x.w", "b.x.w": "b.x.w", "c.y.w": "c.y.w"}
+    # one node only: its whole name, wrapped
+    assert node_labels(["encoder.layers.3.attention.weight"], 20, 2) == {
+        "encoder.layers.3.attention.weight": ["encoder.layers.3.", "attention.weight"]}
+    # a "/" or "." inside a name that is no module path
+    markup = ["<b>bold input</b>", "net.weight", "net.bias", "loss/grad ratio"]
+    assert joined(node_labels(markup, 40, 1)) == {
+        "<b>bold input</b>": "<b>bold input</b>", "net.weight": "weight",
+        "net.bias": "bias", "loss/grad ratio": "loss/grad ratio"}
     # a long single token is broken after "_" (or "-"), not in the middle with "…"
     long = "hidden_state_of_the_recurrent_cell_17"
     lines = node_labels([long], 14, 4)[long]
@@ -372,9 +383,10 @@ def test_node_labels_hard_cases():
     assert node_labels(["a.b.c.d.e_f_g_h_i_j_k_l", "z.b.c.d.e_f_g_h_i_j_k_l"], 8, 1) == {
         "a.b.c.d.e_f_g_h_i_j_k_l": ["a.b…_k_l"], "z.b.c.d.e_f_g_h_i_j_k_l": ["z.b…_k_l"]}
     # separators at the ends, "___", a name that is only an "@": no empty or odd label
-    odd = ["a.", ".b", "x___y", "@3", "k@initial", "m._n"]
+    odd = ["a.", ".b", ".c", "x___y", "x___z", "@3", "k@initial"]
     assert joined(node_labels(odd, 40, 1)) == {
-        "a.": "a.", ".b": "b", "x___y": "y", "@3": "@3", "k@initial": "k@initial", "m._n": "_n"}
+        "a.": "a.", ".b": "b", ".c": "c", "x___y": "y", "x___z": "z", "@3": "@3",
+        "k@initial": "k@initial"}
     assert node_labels([], 10, 2) == {}
 
 
