@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from comgra_like.errors import ComgraError, NotFoundError
 from comgra_like.query.cache import ByteLRU, estimate_bytes
-from comgra_like.vocabulary import ANY_TYPE
+from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH
 
 from . import selection as sel
 
@@ -90,6 +92,96 @@ class StepInfo:
     batch_size: int
     sample_indices: tuple[int, ...]
     sample_categories: Mapping[int, str]  # recorded batch index -> category (dynamic recording)
+
+
+class StatisticTable:
+    """One statistic of every tensor row of a trial (batch aggregations and tensors without
+    a batch dimension, no single samples), with NaN and Inf counts: ONE
+    ``read_statistics`` call, kept as numpy columns ordered by step, so that the painted
+    graph reads a step by slicing (no query per step).
+    """
+
+    KEYS = ("iteration", "node", "role", "recording_type", "aggregation")
+
+    def __init__(self, group: Any, trial_id: str, statistic: str):
+        self.statistic = statistic
+        names = list(dict.fromkeys([statistic, "nan_count", "inf_count"]))
+        table = group.read_statistics(
+            trial_id,
+            aggregations=[*BATCH_AGGREGATIONS, NO_BATCH],
+            statistics=names,
+            as_pandas=False,
+        )
+        frame = table.select(["training_step", *self.KEYS, *names]).to_pandas()
+        self.steps = frame["training_step"].to_numpy(np.int64)
+        self.iterations = frame["iteration"].to_numpy(np.int64)
+        # names as categorical codes: a step's lookup compares small ints, not strings
+        self.codes: dict[str, np.ndarray] = {}
+        self.names: dict[str, list[str]] = {}
+        for key in self.KEYS[1:]:
+            column = frame[key].astype("category")
+            self.codes[key] = column.cat.codes.to_numpy()
+            self.names[key] = [str(c) for c in column.cat.categories]
+        value = frame[statistic]
+        # null: not computed for that row (an update ratio of an activation); NaN is data
+        self.missing = np.asarray(pc.is_null(table.column(statistic)), dtype=bool)
+        self.values = value.to_numpy(np.float64, na_value=np.nan)
+        counts = [frame[c].to_numpy(np.float64, na_value=0.0) for c in ("nan_count", "inf_count")]
+        self.non_finite = (counts[0] > 0) | (counts[1] > 0)
+        self._memo: dict[tuple, bool] = {}  # has_values
+
+    @property
+    def nbytes(self) -> int:
+        """For the cache bound."""
+        arrays = [self.steps, self.iterations, self.values, self.missing, self.non_finite,
+                  *self.codes.values()]
+        return sum(a.nbytes for a in arrays) + 1024
+
+    def recording_types(self) -> list[str]:
+        return list(self.names["recording_type"])
+
+    def _code(self, key: str, name: str) -> int:
+        try:
+            return self.names[key].index(name)
+        except ValueError:
+            return -2  # never a code (pandas uses -1 for missing)
+
+    def _rows(self, recording_type: str, aggregation: str,
+              lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Row numbers in [lo, hi) of ``recording_type`` with ``aggregation`` or none."""
+        hi = len(self.steps) if hi is None else hi
+        rt = self.codes["recording_type"][lo:hi] == self._code("recording_type", recording_type)
+        agg = self.codes["aggregation"][lo:hi]
+        wanted = (agg == self._code("aggregation", aggregation)) | (
+            agg == self._code("aggregation", NO_BATCH))
+        return lo + np.flatnonzero(rt & wanted)
+
+    def at_step(self, training_step: int, recording_type: str, aggregation: str
+                ) -> dict[tuple[int, str, str], tuple[float | None, bool]]:
+        """(iteration, node, role) -> (value or None, holds NaN/Inf) at one step, for one
+        recording type and batch aggregation (tensors without a batch dimension too)."""
+        lo, hi = np.searchsorted(self.steps, [training_step, training_step + 1])
+        out: dict[tuple[int, str, str], tuple[float | None, bool]] = {}
+        nodes, roles = self.names["node"], self.names["role"]
+        for i in self._rows(recording_type, aggregation, int(lo), int(hi)):
+            key = (int(self.iterations[i]), nodes[self.codes["node"][i]],
+                   roles[self.codes["role"][i]])
+            value = None if self.missing[i] else float(self.values[i])
+            out[key] = (value, bool(self.non_finite[i]))
+        return out
+
+    def has_values(self, recording_type: str, aggregation: str) -> bool:
+        """Whether any row of the recording type and aggregation has the statistic."""
+        key = ("has", recording_type, aggregation)
+        if key not in self._memo:
+            self._memo[key] = bool(self.all_values(recording_type, aggregation).size)
+        return self._memo[key]
+
+    def all_values(self, recording_type: str, aggregation: str) -> np.ndarray:
+        """Every recorded value of a recording type and aggregation over all steps (for
+        a colour scale that stays the same while the steps change)."""
+        rows = self._rows(recording_type, aggregation)
+        return self.values[rows[~self.missing[rows]]]
 
 
 def _as_list(value: Any) -> list:
@@ -460,6 +552,74 @@ class AppData:
                 type_of_execution=toe,
             ),
         )
+
+    def statistic_table(self, trial_id: str, statistic: str) -> StatisticTable | None:
+        """One statistic of the whole trial for painting (one query, cached per version;
+        None: the trial has no readable statistics)."""
+        if self._group is None or trial_id not in self.trial_ids():
+            return None
+        key = ("statistic_table", trial_id, self.trial_version(trial_id), statistic)
+        return self.cached(
+            key,
+            lambda: self._safely(
+                f"{statistic} of {trial_id}",
+                lambda: StatisticTable(self._group, trial_id, statistic),
+                None,
+            ),
+        )
+
+    def node_values(
+        self,
+        trial_id: str,
+        training_step: int,
+        iteration: int,
+        statistic: str,
+        recording_type: str,
+        aggregation: str,
+    ) -> dict[str, tuple[float | None, str | None, bool]] | None:
+        """Graph node name -> (value, role, holds NaN/Inf) of ``statistic`` at a step.
+
+        A node shows its first role (in graph order) with a value of ``recording_type``
+        and ``aggregation`` (a tensor without a batch dimension its own); it holds
+        NaN/Inf when any of its roles does. Nodes are found where their data is stored
+        (imports follow their alias, like :meth:`read_tensor`). None: no table or graph.
+        """
+        table = self.statistic_table(trial_id, statistic)
+        graph = self.graph(trial_id, training_step, iteration)
+        if table is None or graph is None:
+            return None
+        at_step = table.at_step(training_step, recording_type, aggregation)
+        out: dict[str, tuple[float | None, str | None, bool]] = {}
+        for node in graph.nodes:
+            value, shown_role, non_finite = None, None, False
+            for role in node.roles:
+                found = at_step.get(self._stored_key(node, role))
+                if found is None:
+                    continue
+                non_finite |= found[1]
+                if value is None and found[0] is not None:
+                    value, shown_role = found[0], role
+            out[node.name] = (value, shown_role, non_finite)
+        return out
+
+    def _stored_key(self, node: Any, role: str) -> tuple[int, str, str]:
+        stored_node, stored_role, iteration = self.data_location(node, role)
+        return iteration, stored_node, stored_role
+
+    def findings(self, trial_id: str) -> list[dict[str, Any]]:
+        """The findings of one trial (``comgra_like.analysis``) as dicts, most severe
+        first; computed once per data version of the trial, so that new data is scanned
+        again."""
+        if self._group is None or trial_id not in self.trial_ids():
+            return []
+        key = ("findings", trial_id, self.trial_version(trial_id))
+
+        def compute() -> list[dict[str, Any]]:
+            from comgra_like.analysis import find_in_trial
+
+            return [f.to_dict() for f in find_in_trial(self._group, trial_id)]
+
+        return self.cached(key, lambda: self._safely(f"findings of {trial_id}", compute, []))
 
     def modules(self, trial_id: str) -> list[Any]:
         return self._group.read_modules(trial_id) if self._group is not None else []

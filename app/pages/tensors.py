@@ -19,14 +19,22 @@ from collections.abc import Mapping
 from typing import Any
 
 import dash
-from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_update
+from dash import ALL, ClientsideFunction, Input, Output, Patch, State, dcc, html, no_update
 
+from comgra_like import vocabulary as vocab
 from comgra_like.errors import ComgraError
 
 from .. import figures, ids, selectors, views
 from .. import selection as sel
 from ..data import AppData
-from ..graph_figure import build_graph_figure, highlight_patch
+from ..graph_figure import (
+    NodeValue,
+    Paint,
+    build_graph_figure,
+    color_scale,
+    highlight_updates,
+    paint_updates,
+)
 from ..parts import AppParts
 from .page import Page
 
@@ -47,6 +55,19 @@ VIEW_HEIGHT = None  # the CSS (.view-graph) sizes the value views
 # The plot size the graph figure is laid out for (labels and markers scale with it).
 GRAPH_WIDTH_PX = 960
 GRAPH_HEIGHT_PX = 420
+
+# The painted graph: its controls (ids of this page only)
+PAINT_STATISTIC = "paint-statistic"
+PAINT_TYPE = "paint-recording-type"
+PLAY = "paint-play"
+PLAY_TICK = "paint-play-tick"
+PAINT_OFF = "off"
+#: Statistics the graph can be painted with (the number of values does not change).
+PAINT_STATISTICS: tuple[str, ...] = sel.SERIES_STATISTICS
+#: Milliseconds between the steps of ▶ play.
+PLAY_INTERVAL_MS = 700
+PLAY_LABEL = "▶\ufe0e play"
+PAUSE_LABEL = "❚❚ pause"
 
 
 def card(title: Any, body: Any, class_name: str = "") -> html.Div:
@@ -71,6 +92,7 @@ def layout() -> html.Div:
             html.Aside(selectors.selector_panel(), className="tensors-left"),
             html.Section(
                 [
+                    paint_bar(),
                     html.Div(
                         dcc.Graph(
                             id=ids.dependency_graph(),
@@ -128,7 +150,106 @@ def layout() -> html.Div:
     )
 
 
+def paint_bar() -> html.Div:
+    """Paint the graph by a statistic (off by default; the choice lasts the browser
+    session), of which recording type, and ▶ play through the steps."""
+    return html.Div(
+        [
+            html.Label("Paint nodes by", htmlFor=PAINT_STATISTIC, className="sel-label me-2"),
+            dcc.Dropdown(
+                id=PAINT_STATISTIC,
+                options=paint_statistic_options(),
+                value=PAINT_OFF,
+                clearable=False,
+                searchable=False,
+                persistence=True,
+                persistence_type="session",
+                className="sel-dropdown paint-dropdown",
+            ),
+            html.Label("of", htmlFor=PAINT_TYPE, className="sel-label mx-2"),
+            dcc.Dropdown(
+                id=PAINT_TYPE,
+                options=[{"label": "forward", "value": vocab.FORWARD}],
+                value=vocab.FORWARD,
+                clearable=False,
+                searchable=False,
+                persistence=True,
+                persistence_type="session",
+                disabled=True,
+                className="sel-dropdown paint-dropdown",
+            ),
+            html.Button(
+                PLAY_LABEL,
+                id=PLAY,
+                n_clicks=0,
+                className="btn btn-outline-secondary btn-sm ms-2 paint-play",
+                title="step through the recorded steps (the step slider moves)",
+            ),
+            dcc.Interval(id=PLAY_TICK, interval=PLAY_INTERVAL_MS, disabled=True),
+        ],
+        className="paint-bar d-flex align-items-center",
+    )
+
+
 # --- pure pieces ----------------------------------------------------------------------
+
+
+def paint_statistic_options() -> list[dict[str, str]]:
+    return [{"label": "nothing (kind colours)", "value": PAINT_OFF}] + [
+        {"label": vocab.STATISTIC_LABELS.get(s, s), "value": s} for s in PAINT_STATISTICS
+    ]
+
+
+def paint_aggregation(current: Mapping[str, Any]) -> str:
+    """The batch aggregation painted: the selected one, else the mean over the batch
+    (a single sample's values are not painted; tensors without a batch dimension
+    always show their own)."""
+    aggregation = current.get("aggregation")
+    return aggregation if aggregation in vocab.BATCH_AGGREGATIONS else vocab.BATCH_MEAN
+
+
+def paint_label(statistic: str, recording_type: str) -> str:
+    return (f"{vocab.STATISTIC_LABELS.get(statistic, statistic)} · "
+            f"{sel.option_label('recording_type', recording_type)}")
+
+
+def build_paint(
+    data: AppData, current: Mapping[str, Any], statistic: str, recording_type: str
+) -> Paint | None:
+    """What the graph of the selected step shows painted by ``statistic`` of
+    ``recording_type`` (None: no graph or no statistics). The colour scale spans every
+    recorded step, so that a colour means the same value at every step."""
+    trial, step, iteration = (current.get(f) for f in ("trial", "training_step", "iteration"))
+    if trial is None or step is None or iteration is None:
+        return None
+    aggregation = paint_aggregation(current)
+    values = data.node_values(trial, step, iteration, statistic, recording_type, aggregation)
+    table = data.statistic_table(trial, statistic)
+    if values is None or table is None:
+        return None
+    scale = data.cached(
+        ("paint_scale", trial, data.trial_version(trial), statistic, recording_type,
+         aggregation),
+        lambda: color_scale(table.all_values(recording_type, aggregation)) or False,
+    )
+    return Paint(
+        label=paint_label(statistic, recording_type),
+        values={name: NodeValue(*v) for name, v in values.items()},
+        scale=scale or None,
+        step=step,
+    )
+
+
+def is_painting(statistic: str | None) -> bool:
+    return statistic not in (None, PAINT_OFF) and statistic in PAINT_STATISTICS
+
+
+def next_play_index(index: int | None, last: int | None) -> tuple[int, bool]:
+    """▶ play: the slider position after ``index`` and whether to go on (it stops at the
+    last recorded step)."""
+    last = int(last or 0)
+    position = min(last, int(index or 0) + 1)
+    return position, position < last
 
 
 def is_complete(current: Mapping[str, Any] | None) -> bool:
@@ -195,9 +316,19 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(ids.GRAPH_SHOWN, "data"),
         Input(ids.SELECTION, "data"),
         Input(ids.GRAPH_KEY, "data"),  # inside the page: fires when the page is shown
+        Input(PAINT_STATISTIC, "value"),
+        Input(PAINT_TYPE, "value"),
+        Input(ids.DATA_STATUS, "data"),  # painted: new data can change values and scale
         State(ids.GRAPH_SHOWN, "data"),
     )
-    def draw_graph(selection: dict | None, shown: dict | None, drawn: dict | None) -> tuple:
+    def draw_graph(
+        selection: dict | None,
+        shown: dict | None,
+        statistic: str | None,
+        recording_type: str | None,
+        _status: Any,
+        drawn: dict | None,
+    ) -> tuple:
         started = time.perf_counter()
         current = (selection or {}).get("current") or {}
         trial, step, iteration = (
@@ -221,26 +352,111 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             )
         graph_key = [model.graph_hash, iteration]
         node, role = current.get("node"), current.get("role")
-        key = {"graph": graph_key, "node": node, "role": role}
+        key: dict[str, Any] = {"graph": graph_key, "node": node, "role": role}
+        painting = is_painting(statistic)
+        what: list = []
+        if painting:
+            what = [statistic, recording_type or vocab.FORWARD, paint_aggregation(current)]
+            # another step, or new data in the trial: other colours (a Patch), same figure
+            key["paint"] = {"what": what, "step": step, "version": data.trial_version(trial)}
         # what the figure shows: the browser draws a clicked node itself (comgra.graphClick)
         highlight = {"hash": model.graph_hash, "node": node, "role": role}
         if shown == key and drawn == highlight:
             return no_update, no_update, no_update
-        if shown and shown.get("graph") == graph_key:
-            if drawn == highlight:
+        same_figure = (
+            shown
+            and shown.get("graph") == graph_key
+            and (shown.get("paint") or {}).get("what") == (key.get("paint") or {}).get("what")
+        )
+        if same_figure:
+            updates: list = []
+            if drawn != highlight:
+                updates += highlight_updates(model, node, role)
+            paint = None
+            if painting and shown.get("paint") != key["paint"]:
+                paint = build_paint(data, current, statistic, what[1])
+                if paint is not None:
+                    updates += paint_updates(model, paint)
+            if not updates:
                 return no_update, key, no_update
-            result = highlight_patch(model, node, role)
-            timings.record("graph_patch", time.perf_counter() - started)
-            return result, key, highlight
+            patch = Patch()
+            for trace, path, value in updates:
+                target = patch["data"][trace]
+                for part in path[:-1]:
+                    target = target[part]
+                target[path[-1]] = value
+            timings.record("graph_paint" if paint is not None else "graph_patch",
+                           time.perf_counter() - started)
+            return patch, key, highlight if drawn != highlight else no_update
+        paint = build_paint(data, current, statistic, what[1]) if painting else None
         figure = build_graph_figure(
             model,
             selected_node=node,
             selected_role=role,
             width_px=GRAPH_WIDTH_PX,
             height_px=GRAPH_HEIGHT_PX,
+            paint=paint,
         )
         timings.record("graph_figure", time.perf_counter() - started)
         return figure, key, highlight
+
+    @app.callback(
+        Output(PAINT_TYPE, "options"),
+        Output(PAINT_TYPE, "value"),
+        Output(PAINT_TYPE, "disabled"),
+        Input(PAINT_STATISTIC, "value"),
+        Input(ids.SELECTION, "data"),
+        State(PAINT_TYPE, "value"),
+        State(PAINT_TYPE, "options"),
+    )
+    def paint_types(
+        statistic: str | None, selection: dict | None, chosen: str | None, listed: Any
+    ) -> tuple:
+        # The recording types the trial has; when the chosen one has no value of the
+        # statistic at all (an update ratio of forward values), the first one that has.
+        if not is_painting(statistic):
+            return no_update, no_update, True
+        current = (selection or {}).get("current") or {}
+        table = data.statistic_table(current.get("trial"), statistic) if current.get(
+            "trial") else None
+        if table is None:
+            return no_update, no_update, False
+        types = sorted(table.recording_types(), key=sel.recording_type_sort_key)
+        aggregation = paint_aggregation(current)
+        with_values = [t for t in types if table.has_values(t, aggregation)]
+        value = chosen if chosen in with_values else (with_values or types or [chosen])[0]
+        options = [{"label": sel.option_label("recording_type", t), "value": t} for t in types]
+        return (
+            options if options != listed else no_update,
+            value if value != chosen else no_update,
+            False,
+        )
+
+    @app.callback(
+        Output(PLAY_TICK, "disabled"),
+        Output(PLAY, "children"),
+        Output(ids.step_slider(ALL), "value", allow_duplicate=True),
+        Input(PLAY, "n_clicks"),
+        Input(PLAY_TICK, "n_intervals"),
+        State(PLAY_TICK, "disabled"),
+        State(ids.step_slider(ALL), "value"),
+        State(ids.step_slider(ALL), "max"),
+        prevent_initial_call=True,
+    )
+    def play(_clicks: int, _ticks: int, stopped: bool, index: list, last: list) -> tuple:
+        # ▶ moves the step slider (the selection follows it like a drag of the slider);
+        # at the last step it stops, and ▶ there starts again from the first step.
+        if not index:
+            return True, PLAY_LABEL, []
+        if dash.callback_context.triggered_id == PLAY:
+            if not stopped:
+                return True, PLAY_LABEL, [no_update] * len(index)
+            start = 0 if (index[0] or 0) >= (last[0] or 0) else no_update
+            return False, PAUSE_LABEL, [start] * len(index)
+        if stopped:
+            return no_update, no_update, [no_update] * len(index)
+        position, more = next_play_index(index[0], last[0])
+        return (not more, PAUSE_LABEL if more else PLAY_LABEL, [position] * len(index))
 
     app.clientside_callback(
         ClientsideFunction(namespace="comgra", function_name="graphClick"),
