@@ -308,3 +308,26 @@ def field_options(current: Mapping[str, Any], field: str, source: OptionSource) 
 def all_options(current: Mapping[str, Any], source: OptionSource) -> dict[str, list[Any]]:
     """Options of every field for the current selection."""
     return {field: field_options(current, field, source) for field in CHAIN}
+
+
+def open_where(
+    selection: Mapping[str, Any] | None, where: Mapping[str, Any], source: OptionSource
+) -> Selection:
+    """The selection that shows ``where`` (a finding's place: fields of CHAIN plus
+    ``statistic``), nearest valid to it.
+
+    The fields ``where`` names become wanted (a type of execution it does not name is
+    "any", so that its step is among the options); the rest keep the user's wishes. The
+    trial and node stay fixed when they exist; the step, iteration and the rest relax to
+    the nearest recorded ones (a parameter's step-level iteration -1 becomes the graph's).
+    """
+    new = _normalized(selection)
+    fields = {f: where[f] for f in CHAIN if where.get(f) is not None}
+    if "training_step" in fields and "type_of_execution" not in fields:
+        fields["type_of_execution"] = ANY_TYPE
+    new["wanted"].update(fields)
+    statistic = where.get("statistic")
+    if statistic in SERIES_STATISTICS:
+        new["statistic"] = statistic
+    new["current"] = relax(new["wanted"], source, keep="node" if "node" in fields else None)
+    return new

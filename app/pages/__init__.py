@@ -7,7 +7,7 @@ page, write its module and list its ``PAGE`` here, in the order of the top bar.
 
 from __future__ import annotations
 
-from . import graphs, network, notes, tensors, visualization
+from . import findings, graphs, network, notes, tensors, visualization
 from .page import Page
 
 PAGES: tuple[Page, ...] = (
@@ -15,6 +15,7 @@ PAGES: tuple[Page, ...] = (
     network.PAGE,
     notes.PAGE,
     graphs.PAGE,
+    findings.PAGE,
     visualization.PAGE,
 )
 
