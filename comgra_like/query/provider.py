@@ -405,6 +405,34 @@ class Group:
             return empty
         return pa.concat_tables(tables).unify_dictionaries() if len(tables) > 1 else tables[0]
 
+    # ----- gradient flows and probes (issue 18, comgra_like/query/flows.py) --------------
+    # The flows/ and probes/ folders are listed at each call (immutable records, committed
+    # by their JSON), so a probe's result shows on the GUI's next read without a refresh.
+
+    def read_flows(self, trial_id: str, *, training_step: int | None = None,
+                   probe_id: str | None = "*", source: str | None = None,
+                   target: str | None = None) -> list:
+        """The stored flows of a trial (``FlowInfo``, oldest first); ``probe_id``: "*" for
+        all, None for the run's own flows, or one probe's id."""
+        from .flows import list_flows
+        return list_flows(self.path, trial_id, training_step=training_step, probe_id=probe_id,
+                          source=source, target=target)
+
+    def read_flow(self, trial_id: str, record_id: str) -> Any:
+        """One flow with its arrays (``FlowData``; memory-mapped)."""
+        from .flows import read_flow
+        return read_flow(self.path, trial_id, record_id)
+
+    def read_probes(self, trial_id: str) -> list:
+        """The probes of a trial (``ProbeInfo``: pending, done or failed), oldest first."""
+        from .flows import list_probes
+        return list_probes(self.path, trial_id)
+
+    def read_probe_input(self, trial_id: str, probe_id: str) -> np.ndarray:
+        """The edited input a probe was submitted with."""
+        from .flows import read_probe_input
+        return read_probe_input(self.path, trial_id, probe_id)
+
 
 def _non_decreasing(column: pa.ChunkedArray) -> bool:
     values = column.to_numpy()
