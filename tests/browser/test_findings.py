@@ -1,0 +1,163 @@
+"""Findings in the browser (issue 17): the Findings page lists faults injected into real
+training loops and a click lands on the right selection of the Tensors page; the painted
+dependency graph changes colour when the step slider moves, and ▶ play walks the steps.
+
+Data: tests/analysis/loops.py, recorded once per module with the real recorder: ``log``
+of a value that reaches 0 at step 7 (node ``z_log_positive``) and a ReLU layer whose
+first 16 units die at step 6 (node ``relu_out``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from comgra_like.app import create_app, ids, views
+from comgra_like.app.graph_figure import NON_FINITE_COLOR, node_style
+from comgra_like.app.pages import findings, tensors
+from selenium.webdriver.common.action_chains import ActionChains
+
+from tests.browser.test_gui import GRAPH, css, header_item, text_of, wait_for_header
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from tests.analysis import loops
+
+    root = tmp_path_factory.mktemp("findings_browser")
+    loops.log_of_zero(root, group="faulty")
+    return loops.dying_relu(root, group="faulty")
+
+
+def wait_until(condition, timeout: float = 15, what: str = "condition"):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(dash_duo, path: Path):
+    app = create_app(path, refresh_seconds=0.5)
+    dash_duo.start_server(app)
+    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    return app
+
+
+def row_cells(dash_duo, kind: str) -> list[str]:
+    return dash_duo.driver.execute_script(
+        "const r = document.querySelector(`.finding-row[data-kind='${arguments[0]}']`);"
+        "return r ? Array.from(r.children).map((c) => c.textContent) : null;",
+        kind,
+    )
+
+
+def test_findings_page_lists_the_faults_and_a_click_opens_the_place(dash_duo, faulty):
+    start(dash_duo, faulty)
+    dash_duo.find_element("#nav-findings").click()
+    dash_duo.wait_for_element(".finding-row[data-kind='first_non_finite']", timeout=30)
+    nan = row_cells(dash_duo, "first_non_finite")
+    assert nan[:5] == ["error", "first non finite", "log_of_zero", "7", "z_log_positive · forward"]
+    assert "step 7" in nan[5]
+    dead = row_cells(dash_duo, "dead_units")
+    assert dead[0] == "warning" and dead[2] == "dying_relu" and dead[4].startswith("relu_out")
+
+    # filters: without warnings the dead units are not listed, the NaN still is
+    warning_box = next(
+        box for box in dash_duo.find_elements(f"#{findings.SEVERITY_FILTER} input")
+        if box.get_attribute("value") == "warning"
+    )
+    warning_box.click()
+    wait_until(lambda: row_cells(dash_duo, "dead_units") is None, what="dead units filtered")
+    assert row_cells(dash_duo, "first_non_finite") is not None
+    warning_box.click()
+    wait_until(lambda: row_cells(dash_duo, "dead_units"), what="dead units listed again")
+
+    # a click opens the Tensors page at the finding's place
+    dash_duo.find_element(".finding-row[data-kind='first_non_finite']").click()
+    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    wait_for_header(dash_duo, "trial", "log_of_zero")
+    wait_for_header(dash_duo, "step", "7")
+    wait_for_header(dash_duo, "node", "z_log_positive")
+    assert header_item(dash_duo, "role") == "z_log_positive"
+    assert header_item(dash_duo, "recording") == "forward"
+    assert header_item(dash_duo, "of") == "abs max over batch"
+    assert dash_duo.driver.current_url.rstrip("/") == dash_duo.server_url.rstrip("/")
+    stats = wait_until(lambda: text_of(dash_duo, f"#{ids.STATS_TABLE} [data-statistic='inf_count']"),
+                       what="the statistics")
+    assert stats.endswith("1")  # the Inf the finding names
+    assert "inf_count" in text_of(dash_duo, ".series-card .view-title")
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+COLOURS = """
+const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
+if (!gd || !gd.data) return null;
+const out = {};
+for (const trace of gd.data) {
+  const names = trace.customdata || [];
+  if (!trace.marker || !Array.isArray(trace.marker.color)) continue;
+  names.forEach((n, i) => { out[n] = [trace.marker.color[i], trace.marker.line.color[i]]; });
+}
+return Object.keys(out).length ? JSON.stringify(out) : null;
+"""
+
+
+def painted(dash_duo) -> dict | None:
+    found = dash_duo.driver.execute_script(COLOURS, GRAPH)
+    return json.loads(found) if found else None
+
+
+def expected_colours(app, step: int, statistic: str = "abs_max") -> dict:
+    """The colours the server's builders give every node at ``step`` (fill, outline)."""
+    data = app.comgra_parts.data
+    current = {"trial": "log_of_zero", "training_step": step, "iteration": 0,
+               "aggregation": "batch_mean"}
+    paint = tensors.build_paint(data, current, statistic, "forward")
+    model = views.graph_model(data, "log_of_zero", step, 0)
+    return {name: list(node_style(paint, name, node.is_import)[:2])
+            for name, node in model.nodes.items()}
+
+
+def move_slider_to(dash_duo, index: int, last: int) -> None:
+    """Click the step slider's track where step ``index`` (of 0..``last``) is."""
+    root = dash_duo.find_element(f"{css(ids.step_slider())} .dash-slider-root")
+    width = root.size["width"]
+    x = 8 + (width - 16) * index / last  # the thumb is inset by half its width
+    ActionChains(dash_duo.driver).move_to_element(root).move_by_offset(
+        round(x - width / 2), 0).click().perform()
+
+
+def test_painted_graph_changes_colour_when_the_step_changes(dash_duo, faulty):
+    app = start(dash_duo, faulty)
+    dash_duo.select_dcc_dropdown(css(ids.selector("trial")), value="log_of_zero")
+    wait_for_header(dash_duo, "trial", "log_of_zero")
+    wait_for_header(dash_duo, "step", "0")
+    assert painted(dash_duo) is None  # painting is off by default
+    dash_duo.select_dcc_dropdown(f"#{tensors.PAINT_STATISTIC}", value="max |x|")
+    at_0 = wait_until(lambda: painted(dash_duo), what="a painted graph")
+    assert at_0 == expected_colours(app, 0)
+    assert "max |x|" in dash_duo.find_element(f"{GRAPH} .colorbar").text
+
+    move_slider_to(dash_duo, 7, 11)
+    wait_for_header(dash_duo, "step", "7")
+    at_7 = wait_until(lambda: (c := painted(dash_duo)) != at_0 and c, what="new colours")
+    assert at_7 == expected_colours(app, 7)
+    red = {name for name, (_, line) in at_7.items() if line == NON_FINITE_COLOR}
+    assert red == {"z_log_positive", "loss"}  # log(0) = -inf there, and the loss after it
+
+    # ▶ play walks on to the last recorded step and stops there
+    dash_duo.find_element(f"#{tensors.PLAY}").click()
+    wait_for_header(dash_duo, "step", "8", timeout=5)
+    wait_for_header(dash_duo, "step", "11", timeout=15)
+    dash_duo.wait_for_text_to_equal(f"#{tensors.PLAY}", tensors.PLAY_LABEL, timeout=5)
+    wait_until(lambda: painted(dash_duo) == expected_colours(app, 11), what="step 11 painted")
+    time.sleep(1.5)  # stopped: two more intervals change nothing
+    assert header_item(dash_duo, "step") == "11"
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
