@@ -2,6 +2,7 @@
 
     python benchmarks/screenshot_pages.py [--path GROUP] [--out docs/screenshots]
         [--size 1280x800] [--visualization-file FILE] [--plugin-node helper_partial_sums]
+    python benchmarks/screenshot_pages.py --faulty [--out docs/screenshots]
 
 Without --path it uses the tutorial's group (``comgra-test-run``) if there is one, else
 records a small one into a temporary folder first (needs torch). The GUI runs in this
@@ -9,6 +10,11 @@ process on a free local port; Selenium drives /usr/bin/chromium (override with
 DASH_TEST_CHROMEPATH) and prints any browser console errors. Pages: those of the GUI's
 page registry, Tensors with a node near the middle selected, Visualization with
 ``--plugin-node`` and its first sample selected, if that node exists.
+
+``--faulty`` records a small training run whose loss takes the ``log`` of a value that
+reaches 0 at step 7 (needs torch) and takes two pictures of it instead: the Findings page,
+and the Tensors page opened from the first non-finite finding with the graph painted by
+max |x| (the origin of the Inf outlined red).
 """
 
 from __future__ import annotations
@@ -38,6 +44,74 @@ def _record_example(root: Path) -> Path:
         root, group="screenshots", steps=150, recordings_per_type=3
     )
     return Path(path)
+
+
+def _record_faulty(root: Path) -> Path:
+    """A small network trained until a value it takes the log of reaches 0 (step 7)."""
+    import torch
+    from torch import nn
+
+    from comgra_like.objects import DecisionMakerForRecordingsHardcoded
+    from comgra_like.recorder import ComgraRecorder
+
+    torch.manual_seed(0)
+    net = nn.ModuleDict({"layer_1": nn.Linear(4, 16), "layer_2": nn.Linear(16, 16),
+                         "head": nn.Linear(16, 1)})
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    steps, zero_at = 12, 7
+    rec = ComgraRecorder(root, "faulty", "log_of_zero",
+                         DecisionMakerForRecordingsHardcoded(range(steps)),
+                         max_num_batch_size_to_record=4)
+    rec.track_module("net", net)
+    for step in range(steps):
+        x = torch.randn(16, 4)
+        rec.start_batch(step, 16)
+        rec.start_iteration()
+        rec.register_tensor("input", x, is_input=True)
+        h1 = torch.tanh(net["layer_1"](x))
+        rec.register_tensor("hidden_1", h1)
+        h2 = torch.tanh(net["layer_2"](h1))
+        rec.register_tensor("hidden_2", h2)
+        positive = torch.sigmoid(net["head"](h2)) * max(0.0, 1.0 - step / zero_at)
+        rec.register_tensor("positive", positive)
+        log_positive = torch.log(positive)
+        rec.register_tensor("log_positive", log_positive)
+        loss = -log_positive.mean()
+        rec.register_tensor("loss", loss, is_loss=True)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        rec.record_current_gradients("loss")
+        rec.finish_iteration()
+        rec.finish_batch()
+    rec.finalize()
+    return root / "faulty"
+
+
+def _faulty_screenshots(driver, base: str, out: Path, width: int, height: int) -> None:
+    """The Findings page of the faulty run, then its first NaN/Inf painted on the graph."""
+    from comgra_like.app.pages import tensors
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver.get(base + "/findings")
+    _wait(driver, ".finding-row[data-severity='error']", timeout=60)
+    _settle(driver)
+    shots = [out / f"findings_faulty_{width}x{height}.png",
+             out / f"painted_graph_{width}x{height}.png"]
+    driver.save_screenshot(str(shots[0]))
+    driver.find_element("css selector", ".finding-row[data-severity='error']").click()
+    _wait(driver, "#dependency-graph-container .scatterlayer .point")
+    _settle(driver)
+    driver.find_element("css selector", f"#{tensors.PAINT_STATISTIC}").click()
+    time.sleep(0.5)
+    next(o for o in driver.find_elements("css selector", ".dash-dropdown-option")
+         if o.text == "max |x|").click()
+    _wait(driver, "#dependency-graph-container .colorbar")
+    ActionChains(driver).move_to_element(driver.find_element("css selector", ".brand")).perform()
+    _settle(driver)
+    driver.save_screenshot(str(shots[1]))
+    for shot in shots:
+        print(f"wrote {shot} ({shot.stat().st_size // 1024} KiB)")
 
 
 def _driver(width: int, height: int):
@@ -157,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         default="helper_partial_sums",
         help="node to select for the Visualization screenshot",
     )
+    parser.add_argument("--faulty", action="store_true",
+                        help="the Findings page and a painted graph of a run with a NaN")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
 
@@ -165,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = None
     path = args.path
+    if args.faulty:
+        tmp = tempfile.TemporaryDirectory(prefix="comgra_screens_")
+        path = _record_faulty(Path(tmp.name))
     if path is None and paths.default_test_run_path().exists():
         path = paths.default_test_run_path()
     if path is None:
@@ -187,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     driver = _driver(width, height)
     errors = []
     try:
+        if args.faulty:
+            _faulty_screenshots(driver, base, args.out, width, height)
+            pages = []
         for name, route in pages:
             if name == "visualization":
                 # the selection lives in the tab: pick the plugin's node on the Tensors page
