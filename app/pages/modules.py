@@ -1,0 +1,419 @@
+"""Modules page (issue 15): what ``comgra_like.watch`` recorded, module by module.
+
+Top: one level of the module graph (torchexplorer's explorer): the viewed module's
+inputs and outputs, one node per child invocation, an edge where an autograd path leads
+from one to the other. A click on a module picks it for the histograms and, when it has
+modules inside, opens it; the breadcrumb goes back up. Below: one panel per picked
+module, side by side, its histograms over time (io / io_grad / params / params_grad and
+the role chosen per panel), optionally next to the same module of a second trial.
+
+A module's outputs are nodes of the dependency graph (node = the invocation's id), so
+"Tensors page" on a panel opens that node there; coming back, the page opens the level
+of the node the Tensors page shows. Live: every view depends on the data status, and
+the reads are cached per data version of the trial (``module_data``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dash
+from dash import ALL, MATCH, Input, Output, State, dcc, html, no_update
+
+from comgra_like.vocabulary import ANY_TYPE
+
+from .. import ids, module_data
+from .. import module_figures as mf
+from .. import selection as sel
+from ..figures import empty_figure
+from ..parts import AppParts
+from .page import Page
+from .tensors import PATH as TENSORS_PATH
+
+PATH = "/modules"
+NAME = "Modules"
+
+# ids of this page
+GRAPH = "modules-graph"
+CRUMBS = "modules-breadcrumb"
+INFO = "modules-info"
+REPORT = "modules-report"
+PICK = "modules-pick"
+COMPARE = "modules-compare"
+EXECUTION = "modules-execution"
+LOG = "modules-log"
+PANELS = "modules-panels"
+VIEW = "modules-view"  # dcc.Store (session): {"trial", "parent", "picked", "from_node"}
+KEY = "modules-key"
+NO_TRIAL = "__none__"  # names starting with "__" are reserved: never a trial id
+
+#: At most this many histogram panels side by side (a click adds one in front).
+MAX_PANELS = 4
+
+
+def crumb_id(module: Any) -> dict:
+    return {"type": "modules-crumb", "module": module}
+
+
+def panel_id(kind: str, module: Any) -> dict:
+    """The ids of a histogram panel's parts: kind in what, role, graph, key, open."""
+    return {"type": f"modules-{kind}", "module": module}
+
+
+def layout() -> html.Div:
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.Nav(id=CRUMBS, className="modules-breadcrumb me-3"),
+                    html.Span(id=INFO, className="text-muted small"),
+                ],
+                className="d-flex align-items-center flex-wrap mb-1",
+            ),
+            dcc.Graph(
+                id=GRAPH,
+                figure=empty_figure("Loading…", height=280),
+                config={"displaylogo": False, "scrollZoom": True},
+                className="modules-graph",
+            ),
+            html.Div(id=REPORT, className="small mb-2"),
+            html.Div(
+                [
+                    html.Span("Histograms of", className="sel-label me-2"),
+                    dcc.Dropdown(id=PICK, options=[], value=[], multi=True,
+                                 placeholder="click a module above", className="sel-dropdown",
+                                 style={"minWidth": "22rem"}),
+                    html.Span("next to trial", className="sel-label ms-3 me-2"),
+                    dcc.Dropdown(id=COMPARE, options=[], value=NO_TRIAL, clearable=False,
+                                 className="sel-dropdown", style={"minWidth": "12rem"},
+                                 persistence=True, persistence_type="session"),
+                    html.Span("steps", className="sel-label ms-3 me-2"),
+                    dcc.Dropdown(id=EXECUTION, options=[], value=None, clearable=False,
+                                 className="sel-dropdown", style={"minWidth": "10rem"},
+                                 persistence=True, persistence_type="session"),
+                    dcc.Checklist(id=LOG, options=[{"label": " log colour", "value": "log"}],
+                                  value=[], className="ms-3", inputClassName="me-1",
+                                  persistence=True, persistence_type="session"),
+                ],
+                className="d-flex align-items-center flex-wrap mb-2 modules-controls",
+            ),
+            html.Div(id=PANELS, className="d-flex flex-wrap modules-panels",
+                     style={"gap": "8px"}),
+            dcc.Store(id=VIEW, storage_type="session"),
+            dcc.Store(id=KEY, storage_type="memory"),
+        ],
+        className="page-padded",
+    )
+
+
+# --- pure pieces ----------------------------------------------------------------------
+
+
+def breadcrumb_bar(crumbs: Any) -> list:
+    """The way up: every level but the last is a link-styled button."""
+    parts: list = []
+    for i, (label, module) in enumerate(crumbs):
+        if i:
+            parts.append(html.Span(" › ", className="text-muted"))
+        if i == len(crumbs) - 1:
+            parts.append(html.Strong(label, className="modules-crumb-current"))
+        else:
+            parts.append(html.Button(label, id=crumb_id(module), n_clicks=0,
+                                     className="btn btn-link btn-sm p-0 modules-crumb"))
+    return parts
+
+
+def report_view(report: Mapping[str, Any] | None) -> Any:
+    """'Why is this empty?': the modules watch skipped, and why."""
+    if not report:
+        return None
+    skipped = list(report.get("skipped") or ())
+    hooked = list(report.get("hooked") or ())
+    summary = f"{len(hooked)} module{'s' if len(hooked) != 1 else ''} hooked"
+    if not skipped:
+        return html.Span(summary, className="text-muted")
+    return html.Details(
+        [
+            html.Summary(f"{summary}, {len(skipped)} skipped"),
+            html.Ul([html.Li([html.Code(str(s.get("module"))), f": {s.get('reason')}"])
+                     for s in skipped[:200]], className="mb-0"),
+        ],
+        className="modules-skipped",
+    )
+
+
+def panel(module: str) -> html.Div:
+    """One histogram panel: what and role to show, the figure, a way to the Tensors page."""
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.Strong(module, className="me-2"),
+                    dcc.RadioItems(
+                        id=panel_id("what", module),
+                        options=[{"label": f" {w}", "value": w} for w in mf.WHATS],
+                        value="io", inline=True, inputClassName="me-1", labelClassName="me-2",
+                        persistence=True, persistence_type="session",
+                    ),
+                    dcc.Dropdown(id=panel_id("role", module), options=[], value=None,
+                                 clearable=False, className="sel-dropdown",
+                                 style={"minWidth": "8rem"}),
+                    html.Button("Tensors page ↗", id=panel_id("open", module), n_clicks=0,
+                                className="btn btn-link btn-sm ms-auto",
+                                title="show this module's output on the Tensors page"),
+                ],
+                className="d-flex align-items-center flex-wrap small",
+                style={"gap": "4px"},
+            ),
+            dcc.Graph(id=panel_id("graph", module), figure=empty_figure("Loading…", 300),
+                      config={"displaylogo": False}),
+            dcc.Store(id=panel_id("key", module), storage_type="memory"),
+        ],
+        className="modules-panel border rounded p-1",
+        style={"flex": "1 1 560px", "minWidth": "420px"},
+        **{"data-module": module},
+    )
+
+
+def navigate(
+    view: Mapping[str, Any] | None,
+    graph: Mapping[str, Any] | None,
+    trial: str | None,
+    *,
+    clicked: list | None = None,
+    crumb: str | None = None,
+    picked: list | None = None,
+    node: str | None = None,
+) -> dict:
+    """The page's next view: a click on a module picks it (and opens it when it has
+    modules inside), a breadcrumb opens its level, the dropdown sets the picked modules,
+    and a node the Tensors page shows (``node``, new since the last time) opens its level."""
+    new = {"trial": trial, "parent": None, "picked": [], "from_node": None, **(view or {})}
+    if new["trial"] != trial:
+        new.update(trial=trial, parent=None)
+    chosen = list(new["picked"] or [])
+    if clicked:
+        key, kind, opens = clicked[0], clicked[1], clicked[2]
+        if kind == "module":
+            chosen = [key] + [m for m in chosen if m != key]
+            if opens:
+                new["parent"] = key
+    elif crumb is not None:
+        new["parent"] = crumb
+    elif picked is not None:
+        chosen = list(picked)
+    elif node is not None and node != new["from_node"]:
+        new["from_node"] = node
+        found = mf.find_invocation(graph, node)
+        if found is not None:
+            new["parent"] = mf.parent_of(graph, found)
+            chosen = [found] + [m for m in chosen if m != found]
+    new["picked"] = chosen[:MAX_PANELS]
+    return new
+
+
+def steps_of_execution(steps: Mapping[int, Any], execution: str | None) -> set[int] | None:
+    """The steps of one type of execution (None: every step)."""
+    if execution in (None, ANY_TYPE):
+        return None
+    return {s for s, info in steps.items() if info.type_of_execution == execution}
+
+
+# --- callbacks ------------------------------------------------------------------------
+
+
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
+    def current(selection: Mapping | None) -> Mapping:
+        return (selection or {}).get("current") or {}
+
+    @app.callback(
+        Output(VIEW, "data"),
+        Output(PICK, "value"),
+        Input(GRAPH, "clickData"),
+        Input(crumb_id(ALL), "n_clicks"),
+        Input(PICK, "value"),
+        Input(ids.SELECTION, "data"),
+        State(VIEW, "data"),
+    )
+    def move(click: Any, _crumbs: list, picked: list | None, selection: dict | None,
+             view: dict | None) -> tuple:
+        ctx = dash.callback_context
+        trigger = ctx.triggered_id
+        shown = current(selection)
+        trial = shown.get("trial")
+        kwargs: dict[str, Any] = {}
+        if trigger == GRAPH:
+            points = (click or {}).get("points") or [{}]
+            kwargs["clicked"] = points[0].get("customdata")
+        elif isinstance(trigger, Mapping) and trigger.get("type") == "modules-crumb":
+            if not any(t.get("value") for t in ctx.triggered):
+                return no_update, no_update  # a breadcrumb that appears, not a click
+            kwargs["crumb"] = trigger["module"]
+        elif trigger == PICK:
+            kwargs["picked"] = picked or []
+        elif shown.get("node") is not None:
+            kwargs["node"] = shown.get("node")
+        graph = None
+        if "node" in kwargs and trial is not None:
+            graph = module_data.module_graph(data, trial, shown.get("training_step"))[1]
+        new = navigate(view, graph, trial, **kwargs)
+        return (new if new != view else no_update,
+                new["picked"] if new["picked"] != (picked or []) else no_update)
+
+    @app.callback(
+        Output(GRAPH, "figure"),
+        Output(CRUMBS, "children"),
+        Output(INFO, "children"),
+        Output(REPORT, "children"),
+        Output(PICK, "options"),
+        Output(COMPARE, "options"),
+        Output(EXECUTION, "options"),
+        Output(EXECUTION, "value"),
+        Output(KEY, "data"),
+        Input(VIEW, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        Input(ids.SELECTION, "data"),
+        State(EXECUTION, "value"),
+        State(KEY, "data"),
+    )
+    def show_level(view: dict | None, _status: Any, selection: dict | None,
+                   execution: str | None, shown: Any) -> tuple:
+        shown_fields = current(selection)
+        trial = shown_fields.get("trial")
+        trials = data.trial_ids()
+        view = view or {}
+        key = [trial, data.trial_version(trial), view.get("parent"), view.get("picked"),
+               shown_fields.get("training_step"), trials, execution]
+        if key == shown:
+            return (no_update,) * 9
+        compare = [{"label": "none", "value": NO_TRIAL}] + [
+            {"label": t, "value": t} for t in trials if t != trial]
+        types = data.types_of_execution(trial) if trial else ()
+        executions = [{"label": "every type", "value": ANY_TYPE}] + [
+            {"label": t, "value": t} for t in types]
+        if execution not in [o["value"] for o in executions]:
+            execution = _most_common_type(data.steps(trial)) if trial else ANY_TYPE
+        if trial is None:
+            message = empty_figure("No trial selected.", 200)
+            return message, [], "", None, [], compare, executions, execution, key
+        step, graph = module_data.module_graph(data, trial, shown_fields.get("training_step"))
+        if graph is None:
+            message = empty_figure(
+                "No module graph in this trial: record with comgra_like.watch(model).", 200)
+            return message, [], "", None, [], compare, executions, execution, key
+        level = mf.level_view(graph, view.get("parent"))
+        figure = mf.module_graph_figure(level, selected=view.get("picked") or ())
+        options = [{"label": i, "value": i} for i in mf.invocations(graph) if i != mf.root_id(graph)]
+        for m in view.get("picked") or ():
+            if m not in mf.invocations(graph):
+                options.append({"label": f"{m} (not in step {step})", "value": m})
+        count = sum(1 for n in level.nodes if n.kind == "module")
+        info = (f"structure of step {step} · {count} module call{'s' if count != 1 else ''} "
+                "at this level · click a module to show its histograms (▸ opens it)")
+        return (figure, breadcrumb_bar(level.breadcrumb), info,
+                report_view(module_data.watch_report(data, trial)), options, compare,
+                executions, execution, key)
+
+    @app.callback(Output(PANELS, "children"), Input(PICK, "value"))
+    def show_panels(picked: list | None) -> list:
+        if not picked:
+            return [html.P("Click a module in the graph to see its histograms over time.",
+                           className="text-muted")]
+        return [panel(m) for m in picked]
+
+    @app.callback(
+        Output(panel_id("graph", MATCH), "figure"),
+        Output(panel_id("role", MATCH), "options"),
+        Output(panel_id("role", MATCH), "value"),
+        Output(panel_id("what", MATCH), "options"),
+        Output(panel_id("key", MATCH), "data"),
+        Input(panel_id("what", MATCH), "value"),
+        Input(panel_id("role", MATCH), "value"),
+        Input(COMPARE, "value"),
+        Input(EXECUTION, "value"),
+        Input(LOG, "value"),
+        Input(ids.DATA_STATUS, "data"),
+        Input(ids.SELECTION, "data"),
+        State(panel_id("key", MATCH), "data"),
+    )
+    def show_histograms(what: str | None, role: str | None, compare: str | None,
+                        execution: str | None, log: list | None, _status: Any,
+                        selection: dict | None, shown: Any) -> tuple:
+        module = dash.callback_context.outputs_list[0]["id"]["module"]
+        trial = current(selection).get("trial")
+        trials = [trial] + ([compare] if compare not in (None, NO_TRIAL, trial) else [])
+        key = [[(t, data.trial_version(t)) for t in trials if t], module, what, role,
+               execution, log]
+        if key == shown or trial is None:
+            return (no_update,) * 5
+        frames = {t: module_data.histograms(data, t, module) for t in trials}
+        choices = mf.histogram_choices(frames[trial])
+        what_options = [{"label": f" {w}", "value": w, "disabled": w not in choices}
+                        for w in mf.WHATS]
+        if what not in choices and choices:
+            what = next(iter(choices))
+        roles = choices.get(what, [])
+        if role not in roles:
+            role = next((r for r in roles if r.startswith("output")), roles[0] if roles else None)
+        role_options = [{"label": r, "value": r} for r in roles]
+        if role is None:
+            figure = empty_figure(f"No histograms of {module} in {trial} yet.", 300)
+            return figure, role_options, role, what_options, key
+        grids = []
+        for t, frame in frames.items():
+            grids.append((t, _grid(frame, what, role, execution, data.steps(t))))
+        figure = mf.histogram_figure(
+            grids, log_color="log" in (log or []), height=300,
+            title=f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}".replace("<", "&lt;"),
+        )
+        return figure, role_options, role, what_options, key
+
+    @app.callback(
+        Output(ids.SELECTION, "data", allow_duplicate=True),
+        Output(ids.URL, "pathname", allow_duplicate=True),
+        Input(panel_id("open", ALL), "n_clicks"),
+        State(ids.SELECTION, "data"),
+        prevent_initial_call=True,
+    )
+    def open_in_tensors(_clicks: list, selection: dict | None) -> tuple:
+        ctx = dash.callback_context
+        trigger = ctx.triggered_id
+        if not isinstance(trigger, Mapping) or not any(t.get("value") for t in ctx.triggered):
+            return no_update, no_update  # a panel that appears, not a click
+        module = trigger["module"]
+        shown = current(selection)
+        where = {"trial": shown.get("trial"), "node": module, "role": "output 0",
+                 "training_step": shown.get("training_step")}
+        return sel.open_where(selection, where, data.option_source()), TENSORS_PATH
+
+
+def _grid(frame: Any, what: str, role: str, execution: str | None,
+          steps: Mapping[int, Any]) -> mf.HistogramGrid | None:
+    """The grid of one role and kind for the steps of one type of execution (the first
+    recording type: forward, then gradients)."""
+    if frame is None or frame.empty:
+        return None
+    part = frame[(frame["what"] == what) & (frame["role"] == role)]
+    if execution not in (None, ANY_TYPE):
+        if "type_of_execution" in part:
+            part = part[part["type_of_execution"] == execution]
+        else:
+            part = part[part["training_step"].isin(steps_of_execution(steps, execution))]
+    if "recording_type" in part and part["recording_type"].nunique() > 1:
+        first = min(part["recording_type"].unique(), key=sel.recording_type_sort_key)
+        part = part[part["recording_type"] == first]
+    return mf.histogram_grid(part) if len(part) else None
+
+
+def _most_common_type(steps: Mapping[int, Any]) -> str:
+    """The type of execution most steps have (training, typically): the default columns."""
+    counts: dict[str, int] = {}
+    for info in steps.values():
+        counts[info.type_of_execution] = counts.get(info.type_of_execution, 0) + 1
+    return max(counts, key=counts.get) if counts else ANY_TYPE
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)
