@@ -80,7 +80,7 @@ def record_watched(root: Path, steps: int = 60, log_freq: int = 1) -> Path:
     return group
 
 
-def _click(driver, name: str) -> None:
+def _click(driver, name: str, settle: bool = True) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
     point = driver.execute_script(_CLICK, name)
@@ -88,7 +88,8 @@ def _click(driver, name: str) -> None:
         raise SystemExit(f"no module {name!r} in the module graph")
     ActionChains(driver).move_to_element(point).click().perform()
     ActionChains(driver).move_to_element(driver.find_element("css selector", ".brand")).perform()
-    _settle(driver)
+    if settle:
+        _settle(driver)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,22 +120,32 @@ def main(argv: list[str] | None = None) -> int:
     driver = _driver(width, height)
     errors = []
     try:
+        started = time.perf_counter()
         driver.get(f"http://127.0.0.1:{port}/modules")
         _wait(driver, "#modules-graph .scatterlayer .point", timeout=60)
+        shown = time.perf_counter() - started
         _settle(driver)
-        if args.open:
-            _click(driver, args.open)
+        started = time.perf_counter()
+        _click(driver, args.open, settle=False)
+        _wait(driver, ".modules-panel .heatmaplayer image, .modules-panel .hm image", timeout=30)
+        panel = time.perf_counter() - started
+        _settle(driver)
         if args.pick:
             _click(driver, args.pick)
-        _wait(driver, ".modules-panel .heatmaplayer image, .modules-panel .hm image", timeout=30)
-        _settle(driver)
+            _wait(driver, ".modules-panel + .modules-panel", timeout=30)
+            _settle(driver)
+        if args.time_page:
+            print(f"browser: module graph shown {shown:.2f} s after loading /modules, "
+                  f"a histogram panel {panel:.2f} s after a click on a module")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(args.out))
         print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB)")
         errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         if args.time_page:
-            timings = getattr(app, "comgra_parts").timings
-            print(timings)
+            for name, row in app.comgra_parts.timings.summary().items():
+                if name.startswith("modules."):
+                    print(f"{name}: {row['count']} calls, median {row['median_ms']:.0f} ms, "
+                          f"max {row['max_ms']:.0f} ms (server)")
     finally:
         driver.quit()
         if tmp is not None:

@@ -15,6 +15,7 @@ the reads are cached per data version of the trial (``module_data``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -280,8 +281,16 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         State(EXECUTION, "value"),
         State(KEY, "data"),
     )
-    def show_level(view: dict | None, _status: Any, selection: dict | None,
+    def show_level(view: dict | None, status: Any, selection: dict | None,
                    execution: str | None, shown: Any) -> tuple:
+        started = time.perf_counter()
+        result = level(view, selection, execution, shown)
+        if result[0] is not no_update:
+            parts.timings.record("modules.level", time.perf_counter() - started)
+        return result
+
+    def level(view: dict | None, selection: dict | None, execution: str | None,
+              shown: Any) -> tuple:
         shown_fields = current(selection)
         trial = shown_fields.get("trial")
         trials = data.trial_ids()
@@ -344,6 +353,15 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                         execution: str | None, log: list | None, _status: Any,
                         selection: dict | None, shown: Any) -> tuple:
         module = dash.callback_context.outputs_list[0]["id"]["module"]
+        started = time.perf_counter()
+        result = histograms(module, what, role, compare, execution, log, selection, shown)
+        if result[0] is not no_update:
+            parts.timings.record("modules.histograms", time.perf_counter() - started)
+        return result
+
+    def histograms(module: str, what: str | None, role: str | None, compare: str | None,
+                   execution: str | None, log: list | None, selection: dict | None,
+                   shown: Any) -> tuple:
         trial = current(selection).get("trial")
         trials = [trial] + ([compare] if compare not in (None, NO_TRIAL, trial) else [])
         key = [[(t, data.trial_version(t)) for t in trials if t], module, what, role,
