@@ -18,6 +18,7 @@ from .errors import (
     RegistrationError,
     StorageError,
     TrainingStepError,
+    UnsafePickleError,
 )
 from .objects import (
     DecisionMakerForRecordings,
@@ -44,6 +45,7 @@ __all__ = [
     "RegistrationError",
     "StorageError",
     "TrainingStepError",
+    "UnsafePickleError",
     "compact_trial",
     "my_recorder",
     "open_group",

@@ -42,3 +42,8 @@ class StorageError(ComgraError, OSError):
 
 class NotFoundError(ComgraError, LookupError):
     """The query API was asked for a trial, step or tensor that is not recorded."""
+
+
+class UnsafePickleError(StorageError):
+    """An imported pickle (vnittest's flow_info.pkl) names a global outside the few that
+    rebuild plain containers, strings, numbers and numpy arrays; it was not loaded."""
