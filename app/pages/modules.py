@@ -29,6 +29,7 @@ from .. import module_figures as mf
 from .. import selection as sel
 from ..figures import empty_figure
 from ..parts import AppParts
+from ..plot_text import plot_text
 from .page import Page
 from .tensors import PATH as TENSORS_PATH
 
@@ -384,10 +385,10 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         grids = []
         for t, frame in frames.items():
             grids.append((t, _grid(frame, what, role, execution, data.steps(t))))
-        figure = mf.histogram_figure(
+        figure = mf.typed_arrays(mf.histogram_figure(
             grids, log_color="log" in (log or []), height=300,
-            title=f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}".replace("<", "&lt;"),
-        )
+            title=plot_text(f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}"),
+        ))
         return figure, role_options, role, what_options, key
 
     @app.callback(

@@ -4,6 +4,7 @@ the counts read as colours, bin ranges in the hover)."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -237,3 +238,20 @@ def test_constant_values_and_choices():
     assert mf.histogram_choices(both) == {"io": ["output 0"], "params": ["weight", "bias"]}
     with pytest.raises(ValueError):
         mf.histogram_grid(frame.iloc[:0])
+
+
+def test_typed_arrays_carry_the_same_numbers_to_the_browser():
+    rng = np.random.default_rng(3)
+    grid = mf.histogram_grid(hist_rows(list(range(40)), lambda s: rng.normal(s, 1, 50)))
+    figure = mf.histogram_figure([("trial_a", grid)])
+    typed = mf.typed_arrays(figure)
+    heat = next(t for t in typed["data"] if t["type"] == "heatmap")
+    z = np.frombuffer(base64.b64decode(heat["z"]["bdata"]), dtype=np.float32)
+    assert heat["z"]["shape"] == f"{grid.counts.shape[0]}, {grid.counts.shape[1]}"
+    np.testing.assert_array_equal(z.reshape(grid.counts.shape), grid.counts.astype(np.float32))
+    x = np.frombuffer(base64.b64decode(heat["x"]["bdata"]), dtype=np.int32)
+    assert list(x) == list(range(40))
+    custom = np.frombuffer(base64.b64decode(heat["customdata"]["bdata"]), dtype=np.float32)
+    np.testing.assert_array_equal(custom.reshape(*grid.counts.shape, 3)[..., 2],
+                                  grid.counts.astype(np.float32))
+    assert len(json.dumps(typed)) < len(json.dumps(figure, default=lambda v: v.tolist()))
