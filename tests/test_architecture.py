@@ -29,6 +29,7 @@ LAYERS = [
     ("comgra_like.writer", "writer"),
     ("comgra_like.transport", "transport"),
     ("comgra_like.record", "record"),
+    ("comgra_like.probe", "probe"),
     ("comgra_like.recorder", "record"),
     ("comgra_like.vocabulary", "shared"),
     ("comgra_like.errors", "shared"),
@@ -51,6 +52,8 @@ ALLOWED = {
     "query": {"shared", "format"},
     "analysis": {"shared", "format", "query"},
     "app": {"shared", "format", "query", "analysis"},
+    # the probe loop: serves edited inputs (record computes flows, format stores them)
+    "probe": {"shared", "format", "record", "query"},
     # the tutorial trains (record) and its plugin reads (query)
     "scripts": {"shared", "format", "record", "query", "app"},
 }
@@ -68,6 +71,7 @@ FORBIDDEN_EXTERNAL = {
     "query": {"torch", "dash", "plotly"},
     "analysis": {"torch", "dash", "plotly"},
     "app": {"torch"},
+    "probe": {"dash", "plotly"},
     "scripts": set(),
 }
 
@@ -163,6 +167,8 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path, monkeypatch):
     "import comgra_like.query",
     "from comgra_like.writer import process, worker",
     "import comgra_like.analysis.cli",
+    "from comgra_like.probe import submit_input",
+    "import comgra_like.format.vnittest, comgra_like.query.flows",
 ])
 def test_no_torch_on_the_way(statement):
     code = f"import sys\n{statement}\nassert 'torch' not in sys.modules, 'torch was imported'\n"

@@ -94,7 +94,7 @@ def test_submitted_inputs_are_pending_probes(group_dir):
     pid = submit_input(group_dir, "trial_a", edited, training_step=1, sample=0,
                        rows={"conv2": [1, 2]}, note="cell (1, 2) set to 5")
     group = open_group(group_dir)
-    probe = [p for p in group.read_probes("trial_a") if p.probe_id == pid][0]
+    probe = next(p for p in group.read_probes("trial_a") if p.probe_id == pid)
     assert probe.status == "pending" and probe.training_step == 1
     assert probe.rows == {"conv2": (1, 2)} and probe.shape == (1, 3, 4)
     assert probe.note == "cell (1, 2) set to 5"
