@@ -25,7 +25,7 @@ def _read(data: AppData, name: str) -> Any | None:
     return getattr(group, name, None) if group is not None else None
 
 
-def _version(data: AppData, trial: str) -> tuple[int, int]:
+def data_version(data: AppData, trial: str) -> tuple[int, int]:
     """The data version the watch reads are cached under: the trial's, and the group's,
     which also grows when only a watch table got a new shard (a histogram shard can land
     one refresh after its step's rows)."""
@@ -40,7 +40,7 @@ def module_graph_steps(data: AppData, trial: str) -> list[int]:
     if listing is None or trial not in data.trial_ids():
         return list(data.steps(trial)) if trial in data.trial_ids() else []
     frame = data.cached(
-        ("module_graph_steps", trial, _version(data, trial)),
+        ("module_graph_steps", trial, data_version(data, trial)),
         lambda: data._safely(f"module graph steps of {trial}", lambda: listing(trial), None),
     )
     if frame is None or frame.empty:
@@ -54,7 +54,7 @@ def module_graph(data: AppData, trial: str, step: int | None = None) -> tuple[in
     read = _read(data, "read_module_graph")
     if read is None or trial not in data.trial_ids():
         return None, None
-    version = _version(data, trial)
+    version = data_version(data, trial)
     steps = module_graph_steps(data, trial)
     tried = ([step] if step in steps else []) + steps[::-1][:MAX_STEPS_TRIED]
     for candidate in dict.fromkeys(tried):
@@ -74,7 +74,7 @@ def histograms(data: AppData, trial: str, node: str) -> pd.DataFrame:
     read = _read(data, "read_histograms")
     if read is None or trial not in data.trial_ids():
         return pd.DataFrame()
-    key = ("module_histograms", trial, _version(data, trial), node)
+    key = ("module_histograms", trial, data_version(data, trial), node)
     frame = data.cached(
         key,
         lambda: data._safely(f"histograms of {node} in {trial}",
@@ -88,6 +88,6 @@ def watch_report(data: AppData, trial: str) -> dict | None:
     read = _read(data, "read_watch_report")
     if read is None or trial not in data.trial_ids():
         return None
-    key = ("watch_report", trial, _version(data, trial))
+    key = ("watch_report", trial, data_version(data, trial))
     return data.cached(
         key, lambda: data._safely(f"watch report of {trial}", lambda: read(trial), None))

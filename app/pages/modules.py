@@ -296,7 +296,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trial = shown_fields.get("trial")
         trials = data.trial_ids()
         view = view or {}
-        key = [trial, data.trial_version(trial), view.get("parent"), view.get("picked"),
+        # lists, not tuples: the key comes back from the store as JSON
+        key = [trial, list(module_data.data_version(data, trial)) if trial else None,
+               view.get("parent"), view.get("picked"),
                shown_fields.get("training_step"), trials, execution]
         if key == shown:
             return (no_update,) * 9
@@ -365,8 +367,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                    shown: Any) -> tuple:
         trial = current(selection).get("trial")
         trials = [trial] + ([compare] if compare not in (None, NO_TRIAL, trial) else [])
-        key = [[(t, data.trial_version(t)) for t in trials if t], module, what, role,
-               execution, log]
+        key = [[[t, *module_data.data_version(data, t)] for t in trials if t], module, what,
+               role, execution, log]
         if key == shown or trial is None:
             return (no_update,) * 5
         frames = {t: module_data.histograms(data, t, module) for t in trials}
