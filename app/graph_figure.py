@@ -1055,7 +1055,7 @@ def _value_text(paint: Paint, name: str) -> str:
         return f"{plot_text(paint.label)}: no data"
     value = entry.value
     text = f"{value:.4g}" if math.isfinite(value) else str(value)
-    role = f" (role {plot_text(entry.role)})" if entry.role else ""
+    role = f" (role {plot_text(entry.role)})" if entry.role and entry.role != name else ""
     warning = " · holds NaN/Inf" if entry.non_finite else ""
     return f"{plot_text(paint.label)}: {text}{role}{warning}"
 

@@ -221,3 +221,49 @@ def test_one_statistics_query_per_trial_and_statistic(faulty):
         tensors.build_paint(data, current_at(step), "norm", "gradient:gradients")
     assert data.statistic_table(TRIAL, "norm") is table  # cached, not read again
     assert set(table.recording_types()) == {FORWARD, "gradient:gradients", UPDATE}
+
+
+EXAMPLE_RUN = Path(__file__).resolve().parents[2] / "example_runs" / "tutorial"
+
+
+def tensors_page_value(data, current: dict, node, statistic: str):
+    """(role, value) the Tensors page shows for the first role of ``node`` recorded
+    forward with the batch mean (or no batch dimension); (None, None) if none is."""
+    source = data.option_source()
+    for role in node.roles:
+        selected = dict(current, node=node.name, role=role, recording_type=FORWARD)
+        aggregations = source.options("aggregation", selected)
+        for aggregation in (BATCH_MEAN, NO_BATCH):
+            if aggregation in aggregations:
+                selected["aggregation"] = aggregation
+                return role, float(data.read_tensor(selected).stats[statistic])
+    return None, None
+
+
+@pytest.mark.parametrize("where", ["tiny", "example"])
+def test_recurrent_graph_nodes_show_what_the_tensors_page_shows(where, tiny_group):
+    """Nodes of later iterations, imports of earlier ones (aliases of another node in the
+    tutorial's graph: memory/new is stored as subnet_mem__out) and step-level parameters
+    are painted with the data the Tensors page reads for them."""
+    path, trial = ((tiny_group, "trial_a") if where == "tiny"
+                   else (EXAMPLE_RUN, "trial_bugged_original_version"))
+    data = AppData(path)
+    checked = imports = aliases = 0
+    for step in list(data.steps(trial))[:3]:
+        for iteration in data.steps(trial)[step].graph_hashes:
+            current = {"trial": trial, "type_of_execution": "any", "training_step": step,
+                       "iteration": iteration, "aggregation": BATCH_MEAN}
+            paint = tensors.build_paint(data, current, "abs_mean", FORWARD)
+            for node in data.graph(trial, step, iteration).nodes:
+                shown = paint.values[node.name]
+                role, value = tensors_page_value(data, current, node, "abs_mean")
+                assert shown.role == role, (step, iteration, node.name)
+                if value is None:
+                    assert shown.value is None
+                    continue
+                assert shown.value == pytest.approx(value, rel=1e-6), (step, node.name)
+                checked += 1
+                imports += node.is_import
+                aliases += bool(node.alias_of)
+    assert checked > 20 and imports > 3
+    assert aliases > 0 or where == "tiny"
