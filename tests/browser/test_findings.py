@@ -96,6 +96,22 @@ def test_findings_page_lists_the_faults_and_a_click_opens_the_place(dash_duo, fa
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
 
 
+def test_findings_page_follows_new_data(dash_duo, tmp_path):
+    pytest.importorskip("torch")
+    from tests.analysis import loops
+
+    loops.dying_relu(tmp_path, group="live", kill_at=None)  # a healthy trial
+    start(dash_duo, tmp_path / "live")
+    dash_duo.find_element("#nav-findings").click()
+    dash_duo.wait_for_contains_text(f"#{findings.SUMMARY}", "in 1 trial", timeout=30)
+    assert row_cells(dash_duo, "first_non_finite") is None
+    loops.log_of_zero(tmp_path, group="live")  # a trial with a NaN arrives; no reload
+    dash_duo.wait_for_element(".finding-row[data-kind='first_non_finite']", timeout=30)
+    assert row_cells(dash_duo, "first_non_finite")[2:4] == ["log_of_zero", "7"]
+    dash_duo.wait_for_contains_text(f"#{findings.SUMMARY}", "in 2 trials", timeout=10)
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
 COLOURS = """
 const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
 if (!gd || !gd.data) return null;
