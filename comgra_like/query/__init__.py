@@ -10,6 +10,8 @@
 - ``tensors``   reads of the tensors table (one step, one series, many statistics)
 - ``graphs``    graph files into :class:`Graph` values
 - ``cache``     :class:`ByteLRU`, the byte-bounded cache (the GUI can share it)
+- ``sql``       ``sql(group, "SELECT ...")`` / ``connect(group)``: SQL over every trial
+                with DuckDB (optional: ``pip install comgra-like[sql]``; docs/QUERYING.md)
 
 Needs numpy, pandas and pyarrow; never torch or dash.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from .cache import ByteLRU, estimate_bytes
 from .provider import DEFAULT_CACHE_BYTES, Group, open_group
+from .sql import GroupSQL, connect, sql
 from .tensors import KEY_COLUMNS, STATISTICS_KEY_COLUMNS
 from .types import (
     Graph,
@@ -42,6 +45,7 @@ __all__ = [
     "GraphEdge",
     "GraphNode",
     "Group",
+    "GroupSQL",
     "ModuleInfo",
     "Note",
     "ParameterInfo",
@@ -50,6 +54,8 @@ __all__ = [
     "TensorRecord",
     "TrialChange",
     "TrialInfo",
+    "connect",
     "estimate_bytes",
     "open_group",
+    "sql",
 ]
