@@ -158,11 +158,17 @@ def parent_of(graph: Mapping[str, Any] | None, inv_id: str) -> str:
 
 
 def find_invocation(graph: Mapping[str, Any] | None, name: str) -> str | None:
-    """The invocation of a module name or id (a node of the dependency graph), if any."""
+    """The invocation of a node of the dependency graph, if any: a module's invocation id
+    or name (its inputs and outputs), else the module a parameter node
+    (``model.fc.weight``) belongs to."""
     by_id = invocations(graph)
     if name in by_id:
         return name
-    return next((i for i, inv in by_id.items() if inv.get("module") == name), None)
+    found = next((i for i, inv in by_id.items() if inv.get("module") == name), None)
+    if found is None and "." in name:
+        owner = name.rsplit(".", 1)[0]
+        found = next((i for i, inv in by_id.items() if owner in (i, inv.get("module"))), None)
+    return found
 
 
 def _short_name(by_id: Mapping[str, Mapping[str, Any]], inv_id: str) -> str:

@@ -102,6 +102,7 @@ def test_each_level_shows_its_children_and_the_viewed_modules_inputs_and_outputs
     assert mf.parent_of(graph, "block.relu#1") == "block"
     assert mf.find_invocation(graph, "head.1") == "head.1"
     assert mf.find_invocation(graph, "nothing") is None
+    assert mf.find_invocation(graph, "head.1.weight") == "head.1"  # a parameter's module
 
 
 def test_a_recording_without_a_root_invocation_has_a_virtual_top_level():
