@@ -36,6 +36,7 @@ asks for single units (``rows``) instead, one backward pass each.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,9 @@ DEFAULT_MAX_ENTRIES = 2**24
 _CHUNK_ENTRIES = 2**23
 WEIGHTINGS = ("gradient", "none")
 _UNSET: Any = object()
+# Set while jacobian_rows runs its backward passes: they go through the chain's gradient
+# hooks too, which must keep only the loss's gradient.
+_flow_passes = threading.local()
 
 
 @dataclass
@@ -127,12 +131,13 @@ def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int
             f"unit indices for {names[1]!r} must be in [0, {n}) (flat indices of one "
             f"sample's {tuple(_per_sample(target, target_batch_dim, sample).shape)})")
     if chunk is None:
-        chunk = max(1, min(512, _CHUNK_ENTRIES // max(1, source.numel())))
+        chunk = max(1, min(128, _CHUNK_ENTRIES // max(1, source.numel())))
     parts = []
     for start in range(0, rows_t.numel(), chunk):
         idx = rows_t[start:start + chunk]
         onehot = torch.zeros(len(idx), n, dtype=flat.dtype, device=flat.device)
         onehot[torch.arange(len(idx)), idx.to(flat.device)] = 1
+        _flow_passes.active = True
         try:
             (g,) = torch.autograd.grad(flat, source, grad_outputs=onehot, retain_graph=True,
                                        is_grads_batched=True, allow_unused=True)
@@ -143,6 +148,8 @@ def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int
                     "pass: call loss.backward(retain_graph=True) (or FlowChain.backward(loss)) "
                     "so that flows can be computed afterwards") from e
             raise
+        finally:
+            _flow_passes.active = False
         if g is None:
             raise GraphError(f"{names[1]!r} does not depend on {names[0]!r}: there is no "
                              "flow between them; pick connected nodes (earlier first)")
@@ -217,8 +224,6 @@ class FlowChain:
 
     batch_dim: int | None = 0
     _nodes: list[_Node] = field(default_factory=list)
-    # the backward passes of flows() run through the nodes' hooks too: ignored
-    _computing: bool = False
 
     def node(self, name: str, tensor: torch.Tensor, batch_dim: int | None = _UNSET
              ) -> torch.Tensor:
@@ -234,7 +239,7 @@ class FlowChain:
         entry = _Node(name, tensor, self.batch_dim if batch_dim is _UNSET else batch_dim)
 
         def keep(grad: torch.Tensor, entry: _Node = entry) -> None:
-            if self._computing:
+            if getattr(_flow_passes, "active", False):
                 return
             entry.grad = grad.detach() if entry.grad is None else entry.grad + grad.detach()
 
@@ -271,11 +276,7 @@ class FlowChain:
         if unknown:
             raise ConfigurationError(f"rows name nodes not in the chain: {sorted(unknown)}; "
                                      f"the chain has {self.names}")
-        self._computing = True
-        try:
-            return self._flows(sample, rows or {}, max_entries, weighting)
-        finally:
-            self._computing = False
+        return self._flows(sample, rows or {}, max_entries, weighting)
 
     def _flows(self, sample: int, rows: Mapping[str, Sequence[int]], max_entries: int,
                weighting: str) -> list[Flow]:
