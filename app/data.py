@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from comgra_like.errors import ComgraError, NotFoundError
 from comgra_like.query.cache import ByteLRU, estimate_bytes
-from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH
+from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH, RUNNING
 
 from . import selection as sel
 
@@ -40,6 +40,10 @@ _NAMESPACE = "comgra_like.app"  # the first part of every key the GUI puts in th
 MAX_READ_PROBLEMS = 50
 #: The last this many refreshes are kept (:meth:`AppData.refreshes`).
 KEEP_REFRESHES = 50
+#: A running trial's findings are scanned again at the earliest after this many times
+#: the last scan took (a 2,000-step trial takes seconds: scanning at every refresh of a
+#: live run would keep a core busy beside the training).
+FINDINGS_PAUSE = 4.0
 log = logging.getLogger("comgra_like.app")
 
 
@@ -214,6 +218,9 @@ class AppData:
         # reads that failed in a way the query API did not foresee: where -> why
         self._read_problems: dict[str, str] = {}
         self._refreshes: deque[RefreshRecord] = deque(maxlen=KEEP_REFRESHES)
+        self.findings_pause = FINDINGS_PAUSE
+        # trial -> (cache key, data version, monotonic start, seconds) of its last scan
+        self._scans: dict[str, tuple[tuple, int, float, float]] = {}
         self.refresh(force=True)
 
     # --- refresh ----------------------------------------------------------------------
@@ -608,18 +615,44 @@ class AppData:
 
     def findings(self, trial_id: str) -> list[dict[str, Any]]:
         """The findings of one trial (``comgra_like.analysis``) as dicts, most severe
-        first; computed once per data version of the trial, so that new data is scanned
-        again."""
+        first, as of :meth:`findings_version`.
+
+        Computed once per data version of the trial, so that new data is scanned again;
+        while the trial is running, at most once per ``findings_pause`` times the last
+        scan's duration (the older findings are returned meanwhile; ask again later).
+        """
         if self._group is None or trial_id not in self.trial_ids():
             return []
-        key = ("findings", trial_id, self.trial_version(trial_id))
+        version = self.trial_version(trial_id)
+        key = (_NAMESPACE, ("findings", trial_id, version))
+        missing = object()
+        found = self.cache.get(key, missing)
+        if found is not missing:
+            return found
+        last = self._scans.get(trial_id)
+        info = self.trial_info(trial_id)
+        if last is not None and info is not None and info.status == RUNNING and (
+                time.monotonic() < last[2] + last[3] * (1 + self.findings_pause)):
+            older = self.cache.get(last[0], missing)
+            if older is not missing:
+                return older
 
         def compute() -> list[dict[str, Any]]:
             from comgra_like.analysis import find_in_trial
 
             return [f.to_dict() for f in find_in_trial(self._group, trial_id)]
 
-        return self.cached(key, lambda: self._safely(f"findings of {trial_id}", compute, []))
+        started = time.monotonic()
+        found = self._safely(f"findings of {trial_id}", compute, [])
+        seconds = time.monotonic() - started
+        self.cache.put(key, found, estimate_bytes(found))
+        self._scans[trial_id] = (key, version, started, seconds)
+        return found
+
+    def findings_version(self, trial_id: str) -> int:
+        """The data version of the trial that :meth:`findings` last scanned (0: none)."""
+        last = self._scans.get(trial_id)
+        return last[1] if last is not None else 0
 
     def modules(self, trial_id: str) -> list[Any]:
         return self._group.read_modules(trial_id) if self._group is not None else []

@@ -208,25 +208,31 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(TRIAL_FILTER, "options"),
         Output(KEY, "data"),
         Input(ids.DATA_STATUS, "data"),
+        # a running trial's new data is scanned when the last scan has paused long enough
+        Input(ids.TICK, "n_intervals"),
         Input(SEVERITY_FILTER, "value"),
         Input(KIND_FILTER, "value"),
         Input(TRIAL_FILTER, "value"),
         Input(KEY, "data"),  # inside the page: fires when the page is shown
     )
     def show_findings(
-        _status: Any, severities: list | None, kinds: list | None, trial: str | None, shown: Any
+        _status: Any,
+        _tick: Any,
+        severities: list | None,
+        kinds: list | None,
+        trial: str | None,
+        shown: Any,
     ) -> tuple:
         trials = data.trial_ids()
         if trial not in (None, ALL_TRIALS) and trial not in trials:
             trial = ALL_TRIALS
         scanned = trials if trial in (None, ALL_TRIALS) else [trial]
-        key = [
-            [(t, data.trial_version(t)) for t in trials],
-            severities, kinds, trial,
-        ]
+        # cached findings (a lookup) unless new data is due to be scanned
+        found = sort_findings([f for t in scanned for f in data.findings(t)])
+        key = [[(t, data.findings_version(t)) for t in scanned], trials, severities, kinds,
+               trial]
         if key == shown:
             return (no_update,) * 6
-        found = sort_findings([f for t in scanned for f in data.findings(t)])
         listed = filter_findings(found, severities, kinds, trial)
         kind_options = [{"label": k.replace("_", " "), "value": k}
                         for k in sorted({f["kind"] for f in found} | set(kinds or ()))]

@@ -139,3 +139,33 @@ def test_the_paint_bar_is_off_by_default():
     assert play.disabled
     assert tensors.next_play_index(3, 5) == (4, True)
     assert tensors.next_play_index(4, 5) == (5, False)  # the last step: it stops
+
+
+def test_a_running_trial_is_scanned_again_after_a_pause(tmp_path, tiny_run_class):
+    run = tiny_run_class(tmp_path, "live", "trial_live", record_steps=range(12))
+    run.run(range(3))
+    run.recorder.flush()
+    data = AppData(tmp_path / "live")
+    assert data.trial_info("trial_live").status == "running"
+    data.findings_pause = 1e9  # the next scan of a running trial is never due
+    first = data.findings("trial_live")
+    scanned = data.findings_version("trial_live")
+    assert scanned == data.trial_version("trial_live") > 0
+
+    run.run(range(3, 6))
+    run.recorder.flush()
+    data.refresh(force=True)
+    assert data.trial_version("trial_live") > scanned
+    assert data.findings("trial_live") is first  # paused: the last scan's findings
+    assert data.findings_version("trial_live") == scanned
+
+    data.findings_pause = 0.0  # due at once
+    data.findings("trial_live")
+    assert data.findings_version("trial_live") == data.trial_version("trial_live")
+
+    run.finalize()
+    data.refresh(force=True)
+    data.findings_pause = 1e9
+    data.findings("trial_live")  # a finished trial is scanned at its newest version
+    assert data.trial_info("trial_live").status == "finished"
+    assert data.findings_version("trial_live") == data.trial_version("trial_live")
