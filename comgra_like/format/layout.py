@@ -10,6 +10,10 @@ A *group* folder holds one folder per *trial*::
         steps/part-<seq>.parquet      one row per recorded step x iteration
         tensors/part-<seq>.parquet    statistics and per-neuron values
         kpis/part-<seq>.parquet       KPI points
+        histograms/part-<seq>.parquet watch(): one histogram per module tensor and step
+        module_steps/part-<seq>.parquet  watch(): the module graph hash per step
+        module_graphs/<sha256>.json   watch(): module graph structures, content-addressed
+        watch.json                    watch(): which modules were hooked, skipped and why
 
 Shards are written under a name starting with ``.`` (readers skip such names) and
 renamed into place, never modified afterwards. ``<seq>`` has 8 digits and grows strictly
@@ -26,13 +30,15 @@ from pathlib import Path
 TRIALS_DIR = "trials"
 TRIAL_JSON = "trial.json"
 MODULES_JSON = "modules.json"
+WATCH_JSON = "watch.json"  # the watch report (comgra_like.watch)
 GRAPHS_DIR = "graphs"
+MODULE_GRAPHS_DIR = "module_graphs"  # watch(): module graph structures
 NOTES_DIR = "notes"
 LEGACY_NOTES_JSONL = "notes.jsonl"  # notes of recordings made before notes were shards
 
 #: The parquet tables of a trial, each a folder of shards.
-TABLES: tuple[str, ...] = ("steps", "tensors", "kpis")
-STEPS, TENSORS, KPIS = TABLES  # their names (and folders)
+TABLES: tuple[str, ...] = ("steps", "tensors", "kpis", "histograms", "module_steps")
+STEPS, TENSORS, KPIS, HISTOGRAMS, MODULE_STEPS = TABLES  # their names (and folders)
 
 PART_RE = re.compile(r"^part-(\d{8})\.parquet\Z")
 COMPACT_RE = re.compile(r"^compact-(\d{8})-(\d{8})\.parquet\Z")
@@ -95,11 +101,18 @@ class TrialLayout:
         return self.root / MODULES_JSON
 
     @property
+    def watch_json(self) -> Path:
+        return self.root / WATCH_JSON
+
+    @property
     def graphs(self) -> Path:
         return self.root / GRAPHS_DIR
 
     def graph(self, digest: str) -> Path:
         return self.root / GRAPHS_DIR / graph_name(digest)
+
+    def module_graph(self, digest: str) -> Path:
+        return self.root / MODULE_GRAPHS_DIR / graph_name(digest)
 
     @property
     def notes(self) -> Path:

@@ -12,7 +12,7 @@ import re
 import pyarrow as pa
 
 from ..vocabulary import STATISTICS
-from .layout import KPIS, NOTES_DIR, STEPS, TENSORS
+from .layout import HISTOGRAMS, KPIS, MODULE_STEPS, NOTES_DIR, STEPS, TENSORS
 from .notes import NOTES_SCHEMA
 
 SCHEMA_VERSION = 1
@@ -75,8 +75,46 @@ KPIS_SCHEMA = pa.schema(
     ]
 )
 
+# watch(): one histogram per (step, iteration, module invocation, role, recording type,
+# what). ``what``: io, io_grad (of the per-sample l2 norms), params, params_grad. The
+# bins are ``len(counts)`` equal bins from ``lo`` to ``hi`` (the last one includes
+# ``hi``); ``vmin``/``vmax`` are the extremes of all values before sampling and outlier
+# rejection; ``n`` the number of values counted.
+HISTOGRAMS_SCHEMA = pa.schema(
+    [
+        ("trial_id", _dict_str),
+        ("training_step", pa.int64()),
+        ("type_of_execution", _dict_str),
+        ("iteration", pa.int32()),
+        ("node", _dict_str),
+        ("role", _dict_str),
+        ("recording_type", _dict_str),
+        ("what", _dict_str),
+        ("time", pa.float64()),
+        ("lo", pa.float64()),
+        ("hi", pa.float64()),
+        ("counts", pa.list_(pa.int64())),
+        ("n", pa.int64()),
+        ("vmin", pa.float64()),
+        ("vmax", pa.float64()),
+    ]
+)
+
+# watch(): the module graph structure (module_graphs/<sha256>.json) of each recorded step x
+# iteration (one root-module forward).
+MODULE_STEPS_SCHEMA = pa.schema(
+    [
+        ("trial_id", _dict_str),
+        ("training_step", pa.int64()),
+        ("type_of_execution", _dict_str),
+        ("iteration", pa.int32()),
+        ("graph_hash", _dict_str),
+    ]
+)
+
 #: The schema of each table in ``layout.TABLES``.
-SCHEMAS = {STEPS: STEPS_SCHEMA, TENSORS: TENSORS_SCHEMA, KPIS: KPIS_SCHEMA}
+SCHEMAS = {STEPS: STEPS_SCHEMA, TENSORS: TENSORS_SCHEMA, KPIS: KPIS_SCHEMA,
+           HISTOGRAMS: HISTOGRAMS_SCHEMA, MODULE_STEPS: MODULE_STEPS_SCHEMA}
 #: Every table written as shards (compacted alike): ``layout.TABLES`` and the notes,
 #: whose rows stay in the order the notes were taken.
 SHARD_SCHEMAS = {**SCHEMAS, NOTES_DIR: NOTES_SCHEMA}
@@ -94,6 +132,15 @@ SORT_KEYS = {
         ("sample_index", "ascending"),
     ],
     KPIS: [("timepoint", "ascending")],
+    HISTOGRAMS: [
+        ("training_step", "ascending"),
+        ("iteration", "ascending"),
+        ("what", "ascending"),
+        ("node", "ascending"),
+        ("role", "ascending"),
+        ("recording_type", "ascending"),
+    ],
+    MODULE_STEPS: [("training_step", "ascending"), ("iteration", "ascending")],
 }
 
 MAX_ROWS_PER_ROW_GROUP = 128 * 1024

@@ -53,6 +53,13 @@ from .types import (
     TensorRecord,
     TrialInfo,
 )
+from .watch import (
+    WatchIndex,
+    module_graph_hash,
+    module_graph_steps,
+    read_histograms,
+    read_module_graph_file,
+)
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 
@@ -77,6 +84,8 @@ class Group:
         self._index = GroupIndex(self.path)
         self._cache = cache if cache is not None else ByteLRU(cache_bytes)
         self._namespace = f"comgra_like.query#{next(_NAMESPACES)}"
+        self._watch = WatchIndex(self.path)  # what comgra_like.watch() recorded
+        self._watch_version = 0
 
     def __repr__(self) -> str:
         return (f"Group({str(self.path)!r}, {len(self._index.trials())} trials, "
@@ -88,7 +97,7 @@ class Group:
     def version(self) -> int:
         """Grows whenever a refresh found something new, and when a read found a damaged
         file (a cheap "data version" to poll)."""
-        return self._index.version
+        return self._index.version + self._watch_version
 
     @property
     def skipped(self) -> list[SkippedFile]:
@@ -108,6 +117,8 @@ class Group:
         """Index what appeared since the last refresh (new names only); cheap when
         nothing did."""
         update = self._index.update()
+        if self._watch.update():
+            self._watch_version += 1
         for trial_id in update.forgotten_trials:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)
         for trial_id, name in update.gone_files:
@@ -173,6 +184,57 @@ class Group:
             raise NotFoundError(f"graph {digest} of trial {trial_id!r} was not on disk at the "
                                 "last refresh()")
         return parse_graph(digest, int(iteration), structure)
+
+    # ----- watch(): histograms, module graphs, the watch report ---------------------------
+
+    def read_histograms(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
+                        what: Any = None, steps: Any = None, recording_types: Any = None,
+                        types_of_execution: Any = None) -> pd.DataFrame:
+        """The histograms ``comgra_like.watch`` recorded, one row per (training_step,
+        iteration, node, role, recording_type, what), sorted by step.
+
+        Columns: training_step, type_of_execution, iteration, node (the module
+        invocation, e.g. ``model.layer1.0.conv1`` or ``model.block#1``), role
+        (``input 0``, ``input mask``, ``output 0``, ``output logits``; for params and
+        params_grad the parameter's name, ``weight``), recording_type (forward,
+        gradient:<loss group>), what (io, io_grad, params, params_grad), time (the
+        ``time_log`` value), lo, hi (the bins are ``len(counts)`` equal bins from lo to
+        hi), counts (numpy int64 array), n (values counted), vmin, vmax (the extremes of
+        all values before sampling). Each filter is a value or a list of values.
+        An empty frame for a trial without histograms.
+        """
+        self._trial(trial_id)
+        return read_histograms(self._watch, trial_id, nodes=nodes, roles=roles, what=what,
+                               steps=steps, recording_types=recording_types,
+                               types_of_execution=types_of_execution)
+
+    def list_module_graph_steps(self, trial_id: str) -> pd.DataFrame:
+        """training_step, type_of_execution, iteration, graph_hash of every step that has
+        a module graph (``comgra_like.watch``)."""
+        self._trial(trial_id)
+        return module_graph_steps(self._watch, trial_id)
+
+    def read_module_graph(self, trial_id: str, training_step: int,
+                          iteration: int | None = None) -> dict | None:
+        """The module graph of a recorded step (docs/FORMAT.md, "watch()"): a dict with
+        ``invocations`` and ``edges``; the first iteration's (root-module forward) unless
+        ``iteration`` is given. None when the step has none."""
+        self._trial(trial_id)
+        digest = module_graph_hash(self._watch, trial_id, training_step, iteration)
+        if digest is None:
+            return None
+        key = self._key("module_graph", trial_id, digest)
+        structure = self._cache.get(key)
+        if structure is None:
+            structure = read_module_graph_file(self.path, trial_id, digest)
+            self._cache.put(key, structure, 4096)
+        return structure
+
+    def read_watch_report(self, trial_id: str) -> dict | None:
+        """Which modules ``comgra_like.watch`` hooked, which it skipped and why (a dict
+        with ``hooked``, ``skipped``: [{module, reason}], ...); None without a watch."""
+        self._trial(trial_id)
+        return self._watch.report(trial_id)
 
     # ----- values ------------------------------------------------------------------------
 

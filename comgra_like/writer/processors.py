@@ -16,6 +16,9 @@ To add one:
    and compacted like the others), and the table in docs/FORMAT.md;
 3. the class in :data:`PROCESSORS` below.
 
+Optional: ``configure(msg)`` takes a ``protocol.Watch`` message, ``step_time(step,
+time)`` a ``protocol.WatchStep``'s time (``histograms.Histograms`` uses both).
+
 ``reduce`` runs while training may wait for the slot: take only what must be read from
 shared memory there, and do the rest in ``tables``. ``pause()`` (given to both) lets the
 writer give way to the training process's threads between units of ~50-100 us of work.
@@ -30,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from .histograms import Histograms
 from .protocol import CaptureSpec, Start, Step
 from .statistics import TensorStatistics
 
@@ -60,7 +64,7 @@ class StepProcessor(Protocol):
 
 
 #: The per-step computations, in the order they run.
-PROCESSORS: list[Callable[[Start], StepProcessor]] = [TensorStatistics]
+PROCESSORS: list[Callable[[Start], StepProcessor]] = [TensorStatistics, Histograms]
 
 
 def make_processors(start: Start) -> list[StepProcessor]:

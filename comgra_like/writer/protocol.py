@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 HURRY = b"h"
 _COMPACT = (",", ":")
@@ -256,6 +256,48 @@ class Graph(Message):
     structure: dict
 
 
+@dataclass
+class Watch(Message):
+    """What ``comgra_like.watch`` records histograms of, and how (the histogram
+    processor's configuration; sent again when it grows): ``bins``, ``sample_n``,
+    ``reject_outlier_proportion``, ``log`` (io, io_grad, params, params_grad),
+    ``io_nodes`` (watched module names: their ``input *`` / ``output *`` roles),
+    ``params`` ({parameter full name: [module name, parameter name]}), ``seed``."""
+
+    OP: ClassVar[str] = "watch"
+    config: dict
+
+
+@dataclass
+class WatchStep(Message):
+    """A recorded step x iteration of a watched module: its module graph (by ``digest``,
+    sent before as :class:`ModuleGraph`) and the ``time_log`` value of the step."""
+
+    OP: ClassVar[str] = "watch_step"
+    step: int
+    toe: str
+    iteration: int
+    digest: str
+    time: float
+
+
+@dataclass
+class ModuleGraph(Message):
+    """A module-graph structure seen for the first time (``module_graphs/<digest>.json``)."""
+
+    OP: ClassVar[str] = "module_graph"
+    digest: str
+    structure: dict
+
+
+@dataclass
+class WatchReport(Message):
+    """The watch report (watch.json), whole, each time it changes."""
+
+    OP: ClassVar[str] = "watch_report"
+    report: dict
+
+
 # ----- writer -> training process -----------------------------------------------------
 
 
@@ -304,7 +346,8 @@ class Closed(Message):
 
 _MESSAGES: dict[str, type[Message]] = {
     m.OP: m for m in (Start, Segment, Step, Kpis, Config, Flush, Close, Modules, Note, Graph,
-                      Ready, Free, Flushed, Failed, Closed)
+                      Watch, WatchStep, ModuleGraph, WatchReport, Ready, Free, Flushed, Failed,
+                      Closed)
 }
 
 

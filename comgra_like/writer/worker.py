@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from ..format.files import LOCAL, Files
 from ..format.graphs import is_graph_digest
-from ..format.layout import KPIS, NOTES_DIR, STEPS, TrialLayout
+from ..format.layout import KPIS, MODULE_STEPS, NOTES_DIR, STEPS, TrialLayout
 from ..format.notes import NOTES_SCHEMA
-from ..format.schema import KPIS_SCHEMA, STEPS_SCHEMA
+from ..format.schema import KPIS_SCHEMA, MODULE_STEPS_SCHEMA, STEPS_SCHEMA
 from ..format.trial import mark_trial_aborted
 from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, UPDATE
 from . import protocol
@@ -160,6 +160,16 @@ class Worker:
         elif isinstance(msg, protocol.Modules):
             self._guard(lambda: self.files.write_json(self.trial.modules_json,
                                                       {"modules": msg.modules}))
+        elif isinstance(msg, protocol.Watch):
+            for p in self.processors:
+                if hasattr(p, "configure"):
+                    self._guard(lambda p=p: p.configure(msg))
+        elif isinstance(msg, protocol.WatchStep):
+            self._guard(lambda: self._watch_step(msg))
+        elif isinstance(msg, protocol.ModuleGraph):
+            self._guard(lambda: self._graph(msg.digest, msg.structure, module=True))
+        elif isinstance(msg, protocol.WatchReport):
+            self._guard(lambda: self.files.write_json(self.trial.watch_json, msg.report))
         elif isinstance(msg, protocol.Config):
             self.shards.flush_seconds = float(msg.flush_seconds)
         else:
@@ -287,17 +297,28 @@ class Worker:
         if not added:  # nothing else starts the clock of the next shard
             self._buffer_step_rows()
 
-    def _graph(self, digest: str, structure: dict) -> None:
+    def _graph(self, digest: str, structure: dict, module: bool = False) -> None:
         """Written at once, so before any step row that names it is on disk; once per
-        name (the name is a hash of the content)."""
-        if digest in self._graphs_written:
+        name (the name is a hash of the content). ``module``: a watch() module graph."""
+        key = ("module:" if module else "") + digest
+        if key in self._graphs_written:
             return
         if not is_graph_digest(digest):
             raise protocol.ProtocolError(f"{digest[:80]!r} is no graph name (64 hex digits)")
-        path = self.trial.graph(digest)
+        path = self.trial.module_graph(digest) if module else self.trial.graph(digest)
         if not self.files.exists(path):
             self.files.write_json(path, structure)
-        self._graphs_written.add(digest)
+        self._graphs_written.add(key)
+
+    def _watch_step(self, msg: protocol.WatchStep) -> None:
+        """A module-graph row of a watched step; the step's time for its histograms."""
+        for p in self.processors:
+            if hasattr(p, "step_time"):
+                p.step_time(msg.step, msg.time)
+        table = pa.table({"trial_id": [self.trial_id], "training_step": [int(msg.step)],
+                          "type_of_execution": [msg.toe], "iteration": [int(msg.iteration)],
+                          "graph_hash": [msg.digest]}, schema=_MODULE_STEPS_PLAIN)
+        self.shards.add({MODULE_STEPS: table.cast(MODULE_STEPS_SCHEMA)})
 
     def _note(self, note: protocol.Note) -> None:
         table = pa.table({"trial_id": [self.trial_id], "text": [note.text],
@@ -358,6 +379,11 @@ def warm_up() -> None:
 # The notes table with plain strings, cast to the dictionary-encoded schema once made.
 _NOTES_PLAIN = pa.schema([(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
                           for f in NOTES_SCHEMA])
+
+
+_MODULE_STEPS_PLAIN = pa.schema([
+    (f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
+    for f in MODULE_STEPS_SCHEMA])
 
 
 def _refuse(msg: protocol.Message) -> None:

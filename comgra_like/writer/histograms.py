@@ -1,0 +1,184 @@
+"""Histograms of watched modules (``comgra_like.watch``): a per-step computation of the
+writer (see ``processors.py``).
+
+For each captured tensor that belongs to a watched module (``protocol.Watch`` says which)
+one histogram per step: the module's inputs and outputs (``io``), the per-sample l2 norms
+of their gradients over the non-batch dimensions (``io_grad``), its parameters
+(``params``) and their gradients (``params_grad``).
+
+The values are torchexplorer's (1.1.2): ``sample_n`` values drawn with replacement when
+the tensor has more (all of them when ``sample_n`` is None), then the
+``reject_outlier_proportion`` of them farthest from the (lower) median dropped. The
+histogram has ``bins`` equal bins from the smallest to the largest value kept (numpy's
+``histogram`` over that range); instead of torchexplorer's running bounds, each step keeps
+its own range, and readers rebin for a picture over time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..format.layout import HISTOGRAMS
+from ..format.schema import HISTOGRAMS_SCHEMA
+from ..vocabulary import FORWARD, GRADIENT_PREFIX, PARAMETER
+from .protocol import CaptureSpec, Start, Watch
+
+IO, IO_GRAD, PARAMS, PARAMS_GRAD = "io", "io_grad", "params", "params_grad"
+_IO_ROLE_PREFIXES = ("input ", "output ")
+
+
+def sample_values(values: np.ndarray, sample_n: int | None, reject: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """The values a histogram counts (torchexplorer's sampling and outlier rejection)."""
+    if sample_n is not None and sample_n < values.size:
+        values = values[rng.integers(0, values.size, sample_n)]
+    if reject > 0:
+        k = int(values.size * reject)
+        if k > 0:
+            middle = (values.size - 1) // 2  # torch.median: the lower of the two middles
+            center = np.partition(values, middle)[middle]
+            keep = np.argsort(np.abs(values - center), kind="stable")[: values.size - k]
+            values = values[keep]
+    return values
+
+
+def histogram(values: np.ndarray, bins: int) -> tuple[float, float, np.ndarray]:
+    """(lo, hi, counts): ``bins`` equal bins over the range of ``values`` (numpy's
+    ``histogram``, whose range of one value is that value +- 0.5)."""
+    lo, hi = float(values.min()), float(values.max())
+    counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
+    return float(edges[0]), float(edges[-1]), counts.astype(np.int64)
+
+
+def per_sample_norms(flat: np.ndarray, shape: tuple[int, ...],
+                     batch_dim: int | None) -> np.ndarray:
+    """The l2 norm of each sample over the non-batch dimensions (one value for a tensor
+    without a batch dimension)."""
+    if batch_dim is None or len(shape) == 0:
+        return np.array([np.linalg.norm(flat.astype(np.float64))], dtype=np.float64)
+    x = np.moveaxis(flat.reshape(shape), batch_dim, 0).reshape(shape[batch_dim], -1)
+    x = x.astype(np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", x, x))
+
+
+class Histograms:
+    """The writer's histogram processor; idle until a ``protocol.Watch`` configures it."""
+
+    presorted: tuple[str, ...] = ()
+
+    def __init__(self, start: Start):
+        self.trial_id = start.trial_id
+        self.config: dict | None = None
+        self._io_nodes: frozenset[str] = frozenset()
+        self._params: dict[str, tuple[str, str]] = {}
+        self._log: frozenset[str] = frozenset()
+        self._times: dict[int, float] = {}
+        self._rng = np.random.default_rng(0)
+        self._plans: dict[object, list] = {}  # layout key -> [(index, what, node, role)]
+
+    def configure(self, msg: Watch) -> None:
+        c = msg.config
+        self.config = c
+        self._io_nodes = frozenset(c.get("io_nodes", ()))
+        self._params = {k: (v[0], v[1]) for k, v in c.get("params", {}).items()}
+        self._log = frozenset(c.get("log", ()))
+        self._rng = np.random.default_rng(c.get("seed", 0))
+        self._plans.clear()
+
+    def step_time(self, step: int, time: float) -> None:
+        self._times[int(step)] = float(time)
+
+    def _plan(self, specs: list[CaptureSpec]) -> list[tuple[int, str, str, str]]:
+        """Which captures get a histogram, and as what (the same for a layout)."""
+        plan = []
+        log, params, io_nodes = self._log, self._params, self._io_nodes
+        for i, s in enumerate(specs):
+            grad = s.recording_type.startswith(GRADIENT_PREFIX)
+            if not grad and s.recording_type != FORWARD:
+                continue  # updates
+            if s.kind == PARAMETER:
+                where = params.get(s.tensor_name)
+                what = PARAMS_GRAD if grad else PARAMS
+                if where is not None and what in log:
+                    plan.append((i, what, where[0], where[1]))
+                continue
+            if s.role.startswith(_IO_ROLE_PREFIXES) and s.node.split("#", 1)[0] in io_nodes:
+                what = IO_GRAD if grad else IO
+                if what in log:
+                    plan.append((i, what, s.node, s.role))
+        return plan
+
+    def reduce(self, step, pause: Callable[[], None]) -> Any:
+        if self.config is None:
+            return None
+        plan = self._plans.get(step.layout_key)
+        if plan is None:
+            if len(self._plans) > 64:
+                self._plans.clear()
+            plan = self._plans[step.layout_key] = self._plan(step.specs)
+        if not plan:
+            return None
+        bins = int(self.config.get("bins", 30))
+        sample_n = self.config.get("sample_n")
+        reject = float(self.config.get("reject_outlier_proportion", 0.0))
+        rows = []
+        for i, what, node, role in plan:
+            spec = step.specs[i]
+            flat = step.arrays[i]
+            if flat.size == 0:
+                continue
+            if what == IO_GRAD:
+                values = per_sample_norms(flat, spec.shape, spec.batch_dim)
+            else:
+                values = flat
+            finite = np.isfinite(values)
+            if not finite.all():
+                values = values[finite]
+                if values.size == 0:
+                    continue
+            vmin, vmax = float(values.min()), float(values.max())
+            kept = sample_values(values, sample_n, reject, self._rng)
+            lo, hi, counts = histogram(kept, bins)
+            rows.append((spec.iteration, node, role, spec.recording_type, what, lo, hi,
+                         counts, int(kept.size), vmin, vmax))
+            pause()
+        msg = step.message
+        return msg.step, msg.toe, rows
+
+    def tables(self, reduced: Any, pause: Callable[[], None]) -> dict[str, pa.Table | None]:
+        if not reduced:
+            return {}
+        training_step, toe, rows = reduced
+        if not rows:
+            return {}
+        n = len(rows)
+        it, node, role, rtype, what, lo, hi, counts, kept, vmin, vmax = zip(*rows)
+        time = self._times.pop(training_step, float(training_step))
+        if len(self._times) > 4096:  # steps announced but never sent
+            self._times.clear()
+        table = pa.table({
+            "trial_id": [self.trial_id] * n,
+            "training_step": [training_step] * n,
+            "type_of_execution": [toe] * n,
+            "iteration": list(it),
+            "node": list(node),
+            "role": list(role),
+            "recording_type": list(rtype),
+            "what": list(what),
+            "time": [time] * n,
+            "lo": list(lo),
+            "hi": list(hi),
+            "counts": [c.tolist() for c in counts],
+            "n": list(kept),
+            "vmin": list(vmin),
+            "vmax": list(vmax),
+        }, schema=_PLAIN)
+        return {HISTOGRAMS: table.cast(HISTOGRAMS_SCHEMA)}
+
+
+_PLAIN = pa.schema([(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
+                    for f in HISTOGRAMS_SCHEMA])
