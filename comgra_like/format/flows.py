@@ -58,8 +58,8 @@ SIDE_ARRAYS = ("grad_source", "grad_target", "value_source", "value_target")
 #: Bumped when a field changes meaning; readers refuse newer records.
 FLOWS_FORMAT_VERSION = 1
 
-#: Flow status values in record.json.
-COMPLETE, PARTIAL, TOO_LARGE = "complete", "partial", "too_large"
+#: Flow status values in record.json (missing: an imported pair without a matrix).
+COMPLETE, PARTIAL, TOO_LARGE, MISSING = "complete", "partial", "too_large", "missing"
 #: Probe status values (request.json without result.json is pending).
 PENDING, DONE, FAILED = "pending", "done", "failed"
 
