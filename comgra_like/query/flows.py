@@ -258,3 +258,30 @@ def group_units(flow: np.ndarray, target_shape: tuple[int, ...], source_shape: t
         raise ConfigurationError(f"the flow has shape {flow.shape}, not target + source shape "
                                  f"{expected}")
     return pool_sum(flow, tuple(target_blocks) + tuple(source_blocks))
+
+
+def flow_links(flow: np.ndarray, source_shape: tuple[int, ...], *,
+               rows: tuple[int, ...] | np.ndarray | None = None, min_abs: float = 0.0,
+               max_links: int | None = None) -> dict[str, np.ndarray]:
+    """The links of a Sankey diagram: ``target``, ``source`` (flat unit indices of one
+    sample; a partial flow's targets are its ``rows``) and ``value`` of every entry with
+    ``|value| >= min_abs`` (zero entries never), largest ``|value|`` first, at most
+    ``max_links`` of them. Works on grouped flows too (then indices are of blocks)."""
+    flow = np.asarray(flow)
+    n_source = math.prod(source_shape)
+    if flow.ndim < len(source_shape) or flow.shape[flow.ndim - len(source_shape):] != tuple(
+            source_shape):
+        raise ConfigurationError(f"the flow's shape {flow.shape} does not end with the source "
+                                 f"shape {tuple(source_shape)}")
+    matrix = flow.reshape(-1, n_source)
+    if rows is not None and len(rows) != matrix.shape[0]:
+        raise ConfigurationError(f"{len(rows)} rows given for a flow of {matrix.shape[0]}")
+    magnitude = np.abs(matrix)
+    t, s = np.nonzero((magnitude >= min_abs) & (magnitude > 0))
+    order = np.argsort(-magnitude[t, s], kind="stable")
+    if max_links is not None:
+        order = order[:max_links]
+    t, s = t[order], s[order]
+    target = np.asarray(rows, dtype=np.int64)[t] if rows is not None else t.astype(np.int64)
+    return {"target": target, "source": s.astype(np.int64),
+            "value": matrix[t, s].astype(np.float64)}

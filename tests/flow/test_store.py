@@ -11,7 +11,7 @@ from comgra_like.errors import ConfigurationError, NotFoundError
 from comgra_like.format import flows as ff
 from comgra_like.probe import submit_input
 from comgra_like.query import open_group
-from comgra_like.query.flows import blocks_for, group_units, pool_sum
+from comgra_like.query.flows import blocks_for, flow_links, group_units, pool_sum
 from comgra_like.record.flow import FlowChain, write_flows
 
 from .helpers import record_trial
@@ -130,3 +130,18 @@ def test_blocks_for_fits_the_unit_budget():
     groups = [-(-s // b) for s, b in zip((16, 32, 32), blocks)]
     assert np.prod(groups) <= 300 and groups[1] == groups[2]  # maps stay square-ish
     assert blocks_for((10,), 1) == (10,)
+
+
+def test_sankey_links_above_a_threshold():
+    flow = np.array([[0.0, 0.5, -2.0], [0.1, 0.0, 1.0]])  # targets x sources
+    links = flow_links(flow, (3,), min_abs=0.3)
+    assert links["target"].tolist() == [0, 1, 0] and links["source"].tolist() == [2, 2, 1]
+    assert links["value"].tolist() == [-2.0, 1.0, 0.5]
+    assert flow_links(flow, (3,), max_links=1)["value"].tolist() == [-2.0]
+    # a partial flow: the targets are its rows; maps are flattened per sample
+    partial = np.zeros((2, 2, 2))
+    partial[1, 1, 0] = 3.0
+    links = flow_links(partial, (2, 2), rows=(7, 40))
+    assert (links["target"].tolist(), links["source"].tolist()) == ([40], [2])
+    with pytest.raises(ConfigurationError, match="does not end with the source shape"):
+        flow_links(partial, (3,))
