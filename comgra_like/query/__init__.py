@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .cache import ByteLRU, estimate_bytes
 from .provider import DEFAULT_CACHE_BYTES, Group, open_group
-from .sql import GroupSQL, connect, sql
+from .sql import GroupSQL, connect, shard_files, sql
 from .tensors import KEY_COLUMNS, STATISTICS_KEY_COLUMNS
 from .types import (
     Graph,
@@ -57,5 +57,6 @@ __all__ = [
     "connect",
     "estimate_bytes",
     "open_group",
+    "shard_files",
     "sql",
 ]

@@ -97,72 +97,21 @@ class _Listing:
     skipped: dict[str, SkippedFile]
 
 
-class GroupSQL:
-    """DuckDB views over every trial of a group. Create it with :func:`connect`.
+class GroupFiles:
+    """The files of a group a reader should read (no DuckDB needed): the trials shown,
+    each table's live shards, the damaged files left out. A file's check is cached by
+    its signature (shards are never modified, so a good file is checked once)."""
 
-    ``sql(query)`` runs a query on what the last :meth:`refresh` listed (the constructor
-    lists once); files written since show after the next refresh.
-    """
-
-    def __init__(self, group_path: str | os.PathLike, *, damaged: str = "skip",
-                 threads: int | None = None):
-        if damaged not in DAMAGED_CHOICES:
-            raise ConfigurationError(
-                f"damaged={damaged!r}: choose 'skip' (leave damaged files out and list them "
-                "in .skipped) or 'raise' (a StorageError names them)")
+    def __init__(self, group_path: str | os.PathLike):
         self.path = Path(os.path.abspath(group_path))
         if not self.path.is_dir():
             raise NotFoundError(
                 f"{self.path} is not a group folder; pass the folder "
                 "<comgra_root_path>/<group> that the recorder writes to")
-        self.damaged = damaged
-        duckdb = _duckdb()
-        self._error = duckdb.Error
-        # Errors of the query itself (syntax, unknown names, types, values), as opposed
-        # to errors reading a file.
-        self._query_errors = (duckdb.ProgrammingError, duckdb.DataError)
-        self._input_error = duckdb.InvalidInputException  # also "not a parquet file"
-        self._con = duckdb.connect(":memory:")
-        if threads is not None:
-            self._con.execute(f"SET threads TO {int(threads)}")
-        # A file's problem is looked at again only when its signature changes (shards are
-        # never modified, so a good file is checked once).
         self._checked: dict[str, tuple[Any, str | None]] = {}
-        self._skipped: dict[str, SkippedFile] = {}
-        self._listing: _Listing | None = None
-        self.refresh()
 
-    def close(self) -> None:
-        self._con.close()
-
-    @property
-    def connection(self) -> Any:
-        """The DuckDB connection holding the views (for DuckDB's own API)."""
-        return self._con
-
-    @property
-    def tables(self) -> tuple[str, ...]:
-        return TABLE_NAMES
-
-    @property
-    def skipped(self) -> list[SkippedFile]:
-        """The files left out because they are damaged (each once), as ``Group.skipped``."""
-        return list(self._skipped.values())
-
-    def trial_ids(self) -> list[str]:
-        return [t["trial_id"] for t in (self._listing.trials if self._listing else [])]
-
-    # ----- listing -----------------------------------------------------------------------
-
-    def refresh(self) -> None:
-        """List the group again and rebuild the views."""
-        listing = self._list()
-        self._listing = listing
-        self._skipped = dict(listing.skipped)
-        self._raise_if_damaged()
-        self._build_views()
-
-    def _list(self) -> _Listing:
+    def list(self) -> _Listing:
+        """Look at the group: its trials, the shards to read, the files left out."""
         skipped: dict[str, SkippedFile] = {}
         trials: list[dict] = []
         shards: dict[str, list[_Shard]] = {t: [] for t in SHARD_TABLES}
@@ -249,10 +198,76 @@ class GroupSQL:
                 problem = f"not a {table} shard (no column {', '.join(missing)})"
         except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
             problem = f"unreadable shard ({reason_of(e)})"
-        if problem is not None and str(path) not in self._skipped:
+        if problem is not None and (checked is None or checked[1] != problem):
             log.warning("skipping damaged file %s: %s", path, problem)
         self._checked[str(path)] = (sig, problem)
         return problem
+
+    def mark_damaged(self, path: str, exc: BaseException) -> None:
+        reason = f"unreadable shard ({reason_of(exc)})"
+        self._checked[path] = (signature(Path(path)), reason)
+        log.warning("skipping damaged file %s: %s", path, reason)
+
+
+
+class GroupSQL:
+    """DuckDB views over every trial of a group. Create it with :func:`connect`.
+
+    ``sql(query)`` runs a query on what the last :meth:`refresh` listed (the constructor
+    lists once); files written since show after the next refresh.
+    """
+
+    def __init__(self, group_path: str | os.PathLike, *, damaged: str = "skip",
+                 threads: int | None = None):
+        if damaged not in DAMAGED_CHOICES:
+            raise ConfigurationError(
+                f"damaged={damaged!r}: choose 'skip' (leave damaged files out and list them "
+                "in .skipped) or 'raise' (a StorageError names them)")
+        self._files = GroupFiles(group_path)
+        self.path = self._files.path
+        self.damaged = damaged
+        duckdb = _duckdb()
+        self._error = duckdb.Error
+        # Errors of the query itself (syntax, unknown names, types, values), as opposed
+        # to errors reading a file.
+        self._query_errors = (duckdb.ProgrammingError, duckdb.DataError)
+        self._input_error = duckdb.InvalidInputException  # also "not a parquet file"
+        self._con = duckdb.connect(":memory:")
+        if threads is not None:
+            self._con.execute(f"SET threads TO {int(threads)}")
+        self._skipped: dict[str, SkippedFile] = {}
+        self._listing: _Listing | None = None
+        self.refresh()
+
+    def close(self) -> None:
+        self._con.close()
+
+    @property
+    def connection(self) -> Any:
+        """The DuckDB connection holding the views (for DuckDB's own API)."""
+        return self._con
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return TABLE_NAMES
+
+    @property
+    def skipped(self) -> list[SkippedFile]:
+        """The files left out because they are damaged (each once), as ``Group.skipped``."""
+        return list(self._skipped.values())
+
+    def trial_ids(self) -> list[str]:
+        return [t["trial_id"] for t in (self._listing.trials if self._listing else [])]
+
+    # ----- listing -----------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """List the group again and rebuild the views."""
+        listing = self._files.list()
+        self._listing = listing
+        self._skipped = dict(listing.skipped)
+        self._raise_if_damaged()
+        self._build_views()
 
     def _raise_if_damaged(self) -> None:
         if self.damaged == "raise" and self._skipped:
@@ -336,8 +351,8 @@ class GroupSQL:
         before = self._listing
         named = self._file_named_in(str(exc))
         if named is not None and os.path.exists(named):
-            self._mark_damaged(named, exc)
-        self._listing = self._list()
+            self._files.mark_damaged(named, exc)
+        self._listing = self._files.list()
         self._skipped = dict(self._listing.skipped)
         changed = before is None or _files(before) != _files(self._listing)
         if not changed:
@@ -346,13 +361,13 @@ class GroupSQL:
                     try:
                         pq.ParquetFile(shard.path).read()
                     except Exception as e:  # noqa: BLE001 - any damage is reported
-                        self._mark_damaged(shard.path, e)
+                        self._files.mark_damaged(shard.path, e)
                         changed = True
                         break
                 if changed:
                     break
             if changed:
-                self._listing = self._list()
+                self._listing = self._files.list()
                 self._skipped = dict(self._listing.skipped)
         self._raise_if_damaged()
         self._build_views()
@@ -367,12 +382,6 @@ class GroupSQL:
                 if shard.path in message:
                     return shard.path
         return None
-
-    def _mark_damaged(self, path: str, exc: BaseException) -> None:
-        reason = f"unreadable shard ({reason_of(exc)})"
-        self._checked[path] = (signature(Path(path)), reason)
-        log.warning("skipping damaged file %s: %s", path, reason)
-
 
 def _files(listing: _Listing) -> set[str]:
     return {s.path for shards in listing.shards.values() for s in shards}
@@ -414,6 +423,22 @@ def sql(group_path: str | os.PathLike, query: str, *, arrow: bool = False,
     if isinstance(result, pd.DataFrame):
         result.attrs["skipped"] = db.skipped
     return result
+
+
+def shard_files(group_path: str | os.PathLike, table: str) -> dict[str, list[str]]:
+    """The parquet files of ``table`` that a reader of the whole group should read, by
+    trial id (the folder name): the live shards of every trial shown, damaged files left
+    out (with a warning in the log). For engines other than DuckDB (Spark, polars,
+    pyarrow.dataset): a glob like ``trials/*/tensors/*.parquet`` also matches the parts
+    a compaction has merged but not yet deleted (or never will, after a crash), whose
+    rows would then count twice. No DuckDB needed."""
+    if table not in SHARD_TABLES:
+        raise ConfigurationError(f"no table {table!r}; the tables of shards are "
+                                 f"{', '.join(SHARD_TABLES)}")
+    out: dict[str, list[str]] = {}
+    for shard in GroupFiles(group_path).list().shards[table]:
+        out.setdefault(shard.trial_id, []).append(shard.path)
+    return out
 
 
 # ----- helpers ---------------------------------------------------------------------------
