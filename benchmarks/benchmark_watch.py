@@ -61,7 +61,8 @@ from typing import Any
 SCRIPT_PATH = Path(__file__).resolve()
 WORKLOADS_PATH = SCRIPT_PATH.parent / "watch_workloads.py"
 RESULT_MARKER = "BENCHMARK_WATCH_RESULT "
-TABLE_MARKER = "ratio"  # first word of each row of the printed ratio table
+TABLE_MARKER = "ratio"  # first word of each row of the printed wall-time ratio table
+CPU_MARKER = "cpu"  # and of the CPU-time one
 
 # The order of the table's columns; "bare" is the A/A run.
 CONTENDER_ORDER = ("bare", "floor", "watch_none", "watch", "torchexplorer_none", "tensorboard")
@@ -142,8 +143,11 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         profiler = cProfile.Profile()
     a_times: list[float] = []
     b_times: list[float] = []
+    a_cpu: list[float] = []
+    b_cpu: list[float] = []
     b_logged: list[bool] = []
     chunk_ratios = []
+    cpu = time.process_time
     step_b = f  # the contender's step counter, logged when a multiple of log_freq
     for c, start in enumerate(range(0, args.steps, args.chunk)):
         n = min(args.chunk, args.steps - start)
@@ -151,16 +155,18 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         for which in (("a", "b") if c % 2 == 0 else ("b", "a")):
             if which == "a":
                 for _ in range(n):
-                    t0 = perf()
+                    c0, t0 = cpu(), perf()
                     W.train_step(work_a.model, opt_a, work_a, gen_a)
                     a_times.append(perf() - t0)
+                    a_cpu.append(cpu() - c0)
             else:
                 if profiler is not None:
                     profiler.enable()
                 for _ in range(n):
-                    t0 = perf()
+                    c0, t0 = cpu(), perf()
                     W.train_step(work_b.model, opt_b, work_b, gen_b)
                     b_times.append(perf() - t0)
+                    b_cpu.append(cpu() - c0)
                     b_logged.append(step_b % f == 0)
                     step_b += 1
                 if profiler is not None:
@@ -190,6 +196,11 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "bare_total_s": sum(a_times),
         "watched_total_s": sum(b_times),
         "ratio": sum(b_times) / sum(a_times),
+        # CPU time of the training process (all its threads; comgra_like's writer is a
+        # process of its own): what the contender costs the loop whatever the neighbours do
+        "cpu_ratio": sum(b_cpu) / sum(a_cpu),
+        "extra_cpu_ms_per_logged_step": None if extra is None
+        else 1000.0 * (sum(b_cpu) - sum(a_cpu)) / n_logged,
         "chunk_median_ratio": statistics.median(chunk_ratios),
         "bare_median_ms": med_ms(a_times),
         "unlogged_median_ms": med_ms([t for t, lg in zip(b_times, b_logged) if not lg]),
@@ -262,7 +273,7 @@ def _med(xs: list[Any]) -> float | None:
 
 def _summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = [r["ratio"] for r in runs]
-    keys = ("bare_median_ms", "unlogged_median_ms", "logged_median_ms",
+    keys = ("bare_median_ms", "cpu_ratio", "extra_cpu_ms_per_logged_step", "unlogged_median_ms", "logged_median_ms",
             "extra_ms_per_logged_step", "first_logged_ms", "attach_s", "close_s",
             "chunk_median_ratio")
     out = {k: _med([r.get(k) for r in runs]) for k in keys}
@@ -281,29 +292,33 @@ def _print_tables(summary: dict, models: list[str], freqs: list[int], notes: lis
         return summary.get(key)
 
     cols = CONTENDER_ORDER
-    print()
-    print("Time per step as a multiple of the bare loop's, same process, medians over rounds")
-    print("(bare = A/A noise run; floor = the unavoidable work, the lower bound)")
-    header = ["ratio", "model", "log_freq", "bare_ms"] + list(cols)
-    rows = [header]
-    for model in models:
-        for f in freqs:
-            aa = get(model, None, "bare")
-            bare_ms = _med([(get(model, f, c) or {}).get("bare_median_ms") for c in cols[1:]]
-                           + [(aa or {}).get("bare_median_ms")])
-            row = [TABLE_MARKER, model, str(f), _fmt(bare_ms, ".2f")]
-            for c in cols:
-                s = get(model, f, c)
-                row.append(_fmt(None if s is None else s["ratio"], ".3f"))
-            rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w)
-                        for i, (x, w) in enumerate(zip(r, widths))))
+    for marker, key, title in (
+        (TABLE_MARKER, "ratio", "Wall time per step"),
+        (CPU_MARKER, "cpu_ratio", "CPU time of the training process per step"),
+    ):
+        print()
+        print(f"{title} as a multiple of the bare loop's, same process, medians over rounds")
+        print("(bare = A/A noise run; floor = the unavoidable work, the lower bound)")
+        header = [marker, "model", "log_freq", "bare_ms"] + list(cols)
+        rows = [header]
+        for model in models:
+            for f in freqs:
+                aa = get(model, None, "bare")
+                bare_ms = _med([(get(model, f, c) or {}).get("bare_median_ms") for c in cols[1:]]
+                               + [(aa or {}).get("bare_median_ms")])
+                row = [marker, model, str(f), _fmt(bare_ms, ".2f")]
+                for c in cols:
+                    s = get(model, f, c)
+                    row.append(_fmt(None if s is None else s[key], ".3f"))
+                rows.append(row)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        for r in rows:
+            print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w)
+                            for i, (x, w) in enumerate(zip(r, widths))))
 
     print()
-    print("Extra ms per logged step ((watched - bare time) / logged steps), and the first "
-          "logged step (with one-off set-up), ms")
+    print("Extra ms per logged step ((watched - bare time) / logged steps; wall / CPU), and "
+          "the first logged step (with one-off set-up), ms")
     for model in models:
         for f in freqs:
             parts = []
@@ -311,6 +326,7 @@ def _print_tables(summary: dict, models: list[str], freqs: list[int], notes: lis
                 s = get(model, f, c)
                 if s:
                     parts.append(f"{c} {_fmt(s['extra_ms_per_logged_step'], '.1f')} "
+                                 f"/ cpu {_fmt(s['extra_cpu_ms_per_logged_step'], '.1f')} "
                                  f"(first {_fmt(s['first_logged_ms'], '.0f')})")
             print(f"  {model:11s} {f:4d}: " + "; ".join(parts))
 
@@ -323,23 +339,26 @@ def _print_tables(summary: dict, models: list[str], freqs: list[int], notes: lis
             aa = get(model, None, "bare")
             parts = []
             limit = TARGETS.get(f)
-            if w is not None and limit is not None:
-                ok = w["ratio"] <= limit
-                parts.append(f"watch x{w['ratio']:.3f} <= x{limit}: {'MET' if ok else 'MISSED'}")
-            if fl is not None:
-                parts.append(f"bound x{fl['ratio']:.3f}"
-                             + (" (the target is below the bound)"
-                                if limit is not None and fl["ratio"] > limit else ""))
-            if w is not None and te is not None:
-                w_over, te_over = w["ratio"] - 1.0, te["ratio"] - 1.0
-                if w_over <= 0:
-                    parts.append("vs torchexplorer: MET (no measurable overhead)")
-                else:
-                    k = te_over / w_over
-                    parts.append(f"torchexplorer's overhead / watch's = {k:.1f}: "
-                                 f"{'MET' if k >= TARGET_VS_TORCHEXPLORER else 'MISSED'}")
+            for key, label in (("ratio", "wall"), ("cpu_ratio", "cpu")):
+                if w is not None and limit is not None:
+                    ok = w[key] <= limit
+                    parts.append(f"{label}: watch x{w[key]:.3f} <= x{limit} "
+                                 f"{'MET' if ok else 'MISSED'}")
+                if fl is not None:
+                    parts.append(f"bound x{fl[key]:.3f}"
+                                 + (" (the target is below the bound)"
+                                    if limit is not None and fl[key] > limit else ""))
+                if w is not None and te is not None:
+                    w_over, te_over = w[key] - 1.0, te[key] - 1.0
+                    if w_over <= 0:
+                        parts.append("vs torchexplorer MET (no measurable overhead)")
+                    else:
+                        k = te_over / w_over
+                        parts.append(f"torchexplorer's overhead / watch's = {k:.1f} "
+                                     f"{'MET' if k >= TARGET_VS_TORCHEXPLORER else 'MISSED'}")
             if aa is not None:
-                parts.append(f"A/A x{aa['ratio']:.3f} ({aa['ratio_min']:.3f}-{aa['ratio_max']:.3f})")
+                parts.append(f"A/A x{aa['ratio']:.3f} ({aa['ratio_min']:.3f}-{aa['ratio_max']:.3f})"
+                             f", cpu x{aa['cpu_ratio']:.3f}")
             print(f"  {model:11s} {f:4d}: " + "; ".join(parts))
     for note in notes:
         print(note)

@@ -36,10 +36,10 @@ def _run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     )
 
 
-def _ratio_rows(stdout: str) -> dict[tuple[str, int], dict[str, float | None]]:
-    lines = [ln.split() for ln in stdout.splitlines() if ln.startswith("ratio ")]
+def _ratio_rows(stdout: str, marker: str) -> dict[tuple[str, int], dict[str, float | None]]:
+    lines = [ln.split() for ln in stdout.splitlines() if ln.startswith(marker + " ")]
     header, rows = lines[0], lines[1:]
-    assert header[:4] == ["ratio", "model", "log_freq", "bare_ms"]
+    assert header[:4] == [marker, "model", "log_freq", "bare_ms"]
     table = {}
     for row in rows:
         assert len(row) == len(header), row
@@ -52,12 +52,13 @@ def test_the_benchmark_prints_ratios_for_every_model_and_skips_contenders_it_lac
     done = _run(tmp_path, "--contenders", "bare,floor,torchexplorer_none,tensorboard",
                 "--torchexplorer-python", str(tmp_path / "no-such-venv" / "python"))
     assert done.returncode == 0, done.stderr
-    table = _ratio_rows(done.stdout)
-    assert set(table) == {("mlp", 10), ("cnn", 10), ("transformer", 10)}
-    for values in table.values():
-        assert values["bare_ms"] > 0
-        assert values["bare"] > 0 and values["floor"] > 0  # both ran
-        assert values["torchexplorer_none"] is None and values["tensorboard"] is None
+    for marker in ("ratio", "cpu"):  # wall time, CPU time
+        table = _ratio_rows(done.stdout, marker)
+        assert set(table) == {("mlp", 10), ("cnn", 10), ("transformer", 10)}
+        for values in table.values():
+            assert values["bare_ms"] > 0
+            assert values["bare"] > 0 and values["floor"] > 0  # both ran
+            assert values["torchexplorer_none"] is None and values["tensorboard"] is None
     # the skipped ones say why and what to pass
     assert "skipped: tensorboard (no interpreter given: pass --tensorboard-python)" in done.stdout
     assert "skipped: torchexplorer_none does not import under" in done.stdout
