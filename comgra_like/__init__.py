@@ -46,9 +46,11 @@ __all__ = [
     "StorageError",
     "TrainingStepError",
     "UnsafePickleError",
+    "attach",
     "compact_trial",
     "my_recorder",
     "open_group",
+    "watch",
 ]
 
 
@@ -61,6 +63,10 @@ def __getattr__(name: str) -> Any:
         from .query import open_group
 
         return open_group
+    if name in ("watch", "attach"):
+        from . import watching as _watch
+
+        return getattr(_watch, name)
     if name == "compact_trial":
         from .writer.compaction import compact_trial
 

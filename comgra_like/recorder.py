@@ -735,7 +735,8 @@ class ComgraRecorder:
         """
         step = self._step
         regs = [reg for reg in step.regs if reg.alias_of is None]
-        self._capturer.capture(step, self._batch_size, regs, [reg.tensor for reg in regs],
+        self._capturer.capture(step, self._batch_size, regs,
+                               [reg.tensor if reg.values is None else reg.values for reg in regs],
                                [UPDATE if reg.param_index >= 0 else FORWARD for reg in regs])
         body = self._capturer.message(step, self.type_of_execution, self._sample_indices,
                                       self._sample_categories, self._batch_size)

@@ -31,6 +31,7 @@ LAYERS = [
     ("comgra_like.record", "record"),
     ("comgra_like.probe", "probe"),
     ("comgra_like.recorder", "record"),
+    ("comgra_like.watching", "record"),  # watch(): the public face of record/hooks.py
     ("comgra_like.vocabulary", "shared"),
     ("comgra_like.errors", "shared"),
     ("comgra_like.objects", "shared"),

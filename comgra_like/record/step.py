@@ -51,6 +51,10 @@ class Registration:
     # layout show (name, node, role, kind, shape, flags, dtype): see SignatureTable
     sig_id: int = -1
     grad_fn: object = None  # the tensor's when registered (an in-place change replaces it)
+    # The values to record when they are not the tensor's at the end of the step: a copy
+    # taken at registration (watch(): a module's output that a later in-place operation
+    # changes, like ReLU(inplace=True) or `out += identity`)
+    values: torch.Tensor | None = None
 
 
 @dataclass(eq=False)

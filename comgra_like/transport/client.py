@@ -457,6 +457,12 @@ class WriterClient:
         self._raise_if_failed()
         self._send(protocol.Graph(digest, structure))
 
+    def submit(self, msg: protocol.Message) -> None:
+        """Any other message of the training process (watch(): its configuration, module
+        graphs, report), in order with the recorded steps."""
+        self._raise_if_failed()
+        self._send(msg)
+
     @property
     def pid(self) -> int | None:
         """The writer process's pid (None: the writer is a thread of this process)."""

@@ -74,6 +74,7 @@ class Histograms:
         self.trial_id = start.trial_id
         self.config: dict | None = None
         self._io_nodes: frozenset[str] = frozenset()
+        self._no_io_grad: frozenset[str] = frozenset()
         self._params: dict[str, tuple[str, str]] = {}
         self._log: frozenset[str] = frozenset()
         self._times: dict[int, float] = {}
@@ -84,6 +85,7 @@ class Histograms:
         c = msg.config
         self.config = c
         self._io_nodes = frozenset(c.get("io_nodes", ()))
+        self._no_io_grad = frozenset(c.get("no_io_grad", ()))
         self._params = {k: (v[0], v[1]) for k, v in c.get("params", {}).items()}
         self._log = frozenset(c.get("log", ()))
         self._rng = np.random.default_rng(c.get("seed", 0))
@@ -106,9 +108,10 @@ class Histograms:
                 if where is not None and what in log:
                     plan.append((i, what, where[0], where[1]))
                 continue
-            if s.role.startswith(_IO_ROLE_PREFIXES) and s.node.split("#", 1)[0] in io_nodes:
+            base = s.node.split("#", 1)[0]
+            if s.role.startswith(_IO_ROLE_PREFIXES) and base in io_nodes:
                 what = IO_GRAD if grad else IO
-                if what in log:
+                if what in log and not (grad and base in self._no_io_grad):
                     plan.append((i, what, s.node, s.role))
         return plan
 

@@ -262,7 +262,7 @@ class Watch(Message):
     processor's configuration; sent again when it grows): ``bins``, ``sample_n``,
     ``reject_outlier_proportion``, ``log`` (io, io_grad, params, params_grad),
     ``io_nodes`` (watched module names: their ``input *`` / ``output *`` roles),
-    ``params`` ({parameter full name: [module name, parameter name]}), ``seed``."""
+    ``no_io_grad`` (modules of ``ignore_io_grad_classes``), ``params`` ({parameter full name: [module name, parameter name]}), ``seed``."""
 
     OP: ClassVar[str] = "watch"
     config: dict

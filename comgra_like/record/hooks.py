@@ -1,0 +1,591 @@
+"""The driver behind ``comgra_like.watch``: forward hooks on every module of a watched
+network that register each invocation's inputs and outputs as tensors of the recorder's
+step (``record.step.Step``, as the facade does), and the module graph of each forward.
+
+Cost only where it is paid for: on steps that are not recorded every hook returns after
+one attribute check. On recorded steps a hook copies the tensors it registers (a later
+in-place operation, ``ReLU(inplace=True)`` or ``out += identity``, would change them
+before the step is sent) and makes autograd keep their gradients (``retain_grad``; no
+backward module hooks, which fail on views modified in place). The gradients are recorded
+when a backward pass ends (an autograd engine callback queued from a hook on the root's
+outputs), each backward of a step under its own loss group.
+
+Steps (own trial): every forward of the root module in training mode starts a step (with
+``delay_log_multi_backward``: only the first after a backward), numbered from 0 like
+torchexplorer's step counter; steps ``k % log_freq == 0`` are recorded. A recorded step
+ends at the next forward of the root (after the optimizer's update, which the recorder
+records) or when watching stops. The first forward in eval mode after a recorded
+training step is recorded as a step of its own type of execution (``validation``),
+numbered one after that step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import ComgraError
+from ..format.graphs import canonical_hash
+from ..vocabulary import CALCULATED, INPUT
+from ..writer.protocol import ModuleGraph, Watch, WatchReport, WatchStep
+from .module_graph import Invocation, build, parse_extra_repr, tensor_key
+
+log = logging.getLogger("comgra_like")
+
+TRAINING, VALIDATION = "training", "validation"
+LOG_OPTIONS = ("io", "io_grad", "params", "params_grad")
+MAX_DEPTH = 4  # nesting of tuples, dicts and dataclasses searched for tensors
+
+# REASONS a module has no data (the watch report)
+IGNORED_CLASS = "ignored class"
+NO_TENSOR_OUTPUT = "no tensor output"
+NEVER_CALLED = "never called"
+EVAL_MODE = "eval mode"
+NO_GRADIENT = "no gradient reached it"
+
+
+def tensors_in(obj: Any, role: str, out: list, depth: int = 0) -> None:
+    """The float tensors inside ``obj`` with their roles (``output 0``, ``output 0.1``,
+    ``output logits``): tensors, tuples, lists, dicts, dataclasses."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            out.append((role, obj))
+        return
+    if depth >= MAX_DEPTH or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+        return
+    sep = " " if depth == 0 else "."
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            tensors_in(v, f"{role}{sep}{k}", out, depth + 1)
+    elif isinstance(obj, (tuple, list)):
+        for i, v in enumerate(obj):
+            tensors_in(v, f"{role}{sep}{i}", out, depth + 1)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            tensors_in(getattr(obj, f.name, None), f"{role}{sep}{f.name}", out, depth + 1)
+
+
+def inputs_of(args: tuple, kwargs: dict) -> list:
+    found: list = []
+    for i, a in enumerate(args):
+        tensors_in(a, f"input {i}", found, 1)
+    for k, v in kwargs.items():
+        tensors_in(v, f"input {k}", found, 1)
+    return found
+
+
+def outputs_of(output: Any) -> list:
+    found: list = []
+    if isinstance(output, torch.Tensor):
+        tensors_in(output, "output 0", found, 1)
+    elif isinstance(output, (tuple, list)) and not hasattr(output, "_fields"):
+        for i, v in enumerate(output):
+            tensors_in(v, f"output {i}", found, 1)
+    elif isinstance(output, dict):
+        for k, v in output.items():
+            tensors_in(v, f"output {k}", found, 1)
+    elif dataclasses.is_dataclass(output) and not isinstance(output, type):
+        for f in dataclasses.fields(output):
+            tensors_in(getattr(output, f.name, None), f"output {f.name}", found, 1)
+    elif hasattr(output, "_fields"):  # a named tuple
+        for f in output._fields:
+            tensors_in(getattr(output, f), f"output {f}", found, 1)
+    return found
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor has no version counter (and cannot change)
+        return -1
+
+
+@dataclasses.dataclass
+class Settings:
+    log: tuple[str, ...]
+    log_freq: int
+    ignore_io_grad_classes: tuple[type, ...]
+    time_name: str
+    time_fn: Callable[[torch.nn.Module, int], Any]
+    delay_log_multi_backward: bool
+    eval_mode: str  # record | skip
+    structure_only: bool  # backend 'none'
+    histogram: dict  # bins, sample_n, reject_outlier_proportion, seed
+    verbose: bool
+
+
+class Watcher:
+    """Hooks on one watched module tree feeding one recorder (see the module docstring).
+
+    ``own``: the watcher drives the recorder's steps (its own trial); otherwise the
+    user's loop does, and the hooks record whenever the recorder is inside an iteration
+    of a recorded step.
+    """
+
+    def __init__(self, module: torch.nn.Module, recorder, own: bool, root_name: str,
+                 settings: Settings):
+        self.module = module
+        self.rec = recorder
+        self.own = own
+        self.root = root_name
+        self.s = settings
+        self.names: dict[int, str] = {}
+        for sub_name, sub in module.named_modules():
+            self.names.setdefault(id(sub), f"{root_name}.{sub_name}" if sub_name else root_name)
+        self.io_nodes = set(self.names.values())
+        self.ignored = {name for key, name in self.names.items()
+                        if settings.ignore_io_grad_classes and isinstance(
+                            _module_by_id(module, key), settings.ignore_io_grad_classes)}
+        self.active = False  # the one check of every hook on steps not recorded
+        self.closed = False
+        self.handles: list = []
+        self.train_count = 0
+        self.open: str | None = None  # type of execution of the open recorded step
+        self.open_skipped = False  # an unrecorded training step is open
+        self.backward_seen = False
+        self.eval_due = False
+        self.step_no = -1
+        self.toe = TRAINING
+        self.iteration = -1
+        self.batch_size = 1
+        self._iter_key: tuple | None = None
+        self.calls: dict[str, int] = {}
+        self.stack: list[Invocation] = []
+        self.invocations: list[Invocation] = []
+        self.step_outputs: list[tuple[str, str, torch.Tensor]] = []  # module, inv id, tensor
+        self.snapshots: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.backward_count = 0
+        self._callback_queued = False
+        self._sent_graphs: set[str] = set()
+        self.steps_recorded = 0
+        # report material
+        self.called: set[str] = set()
+        self.with_output: set[str] = set()
+        self.without_output: set[str] = set()
+        self.got_gradient: set[str] = set()
+        self.no_gradient: set[str] = set()
+        self.eval_skipped: str | None = None
+        self.outside_iteration = False
+        self._last_report: dict | None = None
+        self._logged = False
+        self.attached: dict[str, str] = {}  # attach node -> parent module name
+        self._hook()
+        self._send_config()
+
+    # ----- hooks ------------------------------------------------------------------------
+
+    def _hook(self) -> None:
+        m = self.module
+        self.handles.append(m.register_forward_pre_hook(self._root_pre, with_kwargs=True))
+        for sub in m.modules():
+            name = self.names[id(sub)]
+            self.handles.append(sub.register_forward_pre_hook(
+                self._pre_of(name, sub), with_kwargs=True))
+            self.handles.append(sub.register_forward_hook(
+                self._post_of(name), with_kwargs=True))
+        self.handles.append(m.register_forward_hook(self._root_post, with_kwargs=True))
+
+    def remove_hooks(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def _pre_of(self, name: str, sub: torch.nn.Module):
+        cls = type(sub).__name__
+        watcher = self
+
+        def pre(module, args, kwargs):
+            if not watcher.active:
+                return
+            watcher._enter(name, cls, module, args, kwargs)
+            return
+        return pre
+
+    def _post_of(self, name: str):
+        watcher = self
+
+        def post(module, args, kwargs, output):
+            if not watcher.active:
+                return
+            watcher._leave(name, output)
+            return
+        return post
+
+    # ----- steps ------------------------------------------------------------------------
+
+    def _root_pre(self, module, args, kwargs):
+        if self.closed:
+            return
+        if not self.own:
+            self._follow_recorder(module, args, kwargs)
+            return
+        if module.training:
+            if self.s.delay_log_multi_backward and not self.backward_seen and (
+                    self.open == TRAINING or self.open_skipped):
+                if self.open == TRAINING:  # the same step goes on: a further forward
+                    self._begin_iteration()
+                return
+            self._end_step()
+            k = self.train_count
+            self.train_count += 1
+            self.backward_seen = False
+            if k % self.s.log_freq:
+                self.open_skipped = True
+                return
+            self._start_step(k, TRAINING, args, kwargs)
+        else:
+            if self.open == TRAINING or self.open_skipped:
+                self._end_step()
+            if not self.eval_due:
+                return
+            self.eval_due = False
+            if self.s.eval_mode == "skip":
+                self.eval_skipped = "eval_mode='skip'"
+                self._write_report()
+                return
+            if self.s.log_freq == 1:
+                self.eval_skipped = ("log_freq=1 records every training step and leaves no "
+                                     "step number for validation passes; use log_freq >= 2")
+                self._write_report()
+                return
+            self._start_step(self.train_count, VALIDATION, args, kwargs)
+        return
+
+    def _follow_recorder(self, module, args, kwargs) -> None:
+        rec = self.rec
+        if not rec._recording:
+            self.active = False
+            return
+        if rec._stage != "iteration":
+            self.active = False
+            if not self.outside_iteration:
+                self.outside_iteration = True
+                log.warning(
+                    "comgra_like.watch: step %s is recorded, but %s ran outside "
+                    "start_iteration()/finish_iteration(), so its modules are not recorded; "
+                    "call the model between them", rec.training_step, self.root)
+            return
+        if not module.training and self.s.eval_mode == "skip":
+            self.active = False
+            self.eval_skipped = "eval_mode='skip'"
+            return
+        key = (rec.training_step, rec.iteration)
+        if key != self._iter_key:
+            self._iter_key = key
+            self.step_no = rec.training_step
+            self.toe = rec.type_of_execution or "undecided"
+            self.iteration = rec.iteration
+            self.batch_size = rec._batch_size or _batch_size(args, kwargs)
+            self._reset_iteration()
+        self.active = True
+
+    def _start_step(self, k: int, toe: str, args, kwargs) -> None:
+        self.batch_size = _batch_size(args, kwargs)
+        if not self.s.structure_only:
+            self.rec.start_batch(k, self.batch_size, toe, override__recording_is_active=True)
+        self.open = toe
+        self.open_skipped = False
+        self.step_no = k
+        self.toe = toe
+        self.iteration = -1
+        self.backward_count = 0
+        self._begin_iteration()
+
+    def _begin_iteration(self) -> None:
+        if not self.s.structure_only:
+            self.rec.start_iteration()
+        self.iteration += 1
+        self._reset_iteration()
+        self.active = True
+
+    def _reset_iteration(self) -> None:
+        self.calls = {}
+        self.stack = []
+        self.invocations = []
+        self.snapshots = {}
+
+    def _end_step(self) -> None:
+        """Send the open recorded step (after the optimizer's update)."""
+        self.open_skipped = False
+        if self.open is None:
+            return
+        toe, self.open = self.open, None
+        self.active = False
+        try:
+            if not self.s.structure_only:
+                self.rec.finish_batch()
+        finally:
+            self.steps_recorded += 1
+            if toe == TRAINING:
+                self.eval_due = True
+            self.step_outputs = []
+            self.snapshots = {}
+            self._write_report()
+
+    def _root_post(self, module, args, kwargs, output):
+        if not self.active:
+            if self.own and self.s.delay_log_multi_backward and self.open_skipped:
+                self._watch_backward(output, self._mark_backward)
+            return
+        self.active = False
+        self._send_module_graph()
+        self.invocations = []
+        self.stack = []
+        if not self.own:
+            return
+        if not self.s.structure_only:
+            self.rec.finish_iteration()
+        if self.open == VALIDATION:
+            self._end_step()
+        elif self.open == TRAINING:
+            self._watch_backward(output, self._on_gradient)
+        return
+
+    # ----- module invocations -----------------------------------------------------------
+
+    def _enter(self, name: str, cls: str, module, args, kwargs) -> None:
+        count = self.calls.get(name, 0)
+        self.calls[name] = count + 1
+        inv_id = name if count == 0 else f"{name}#{count}"
+        parent = self.stack[-1].id if self.stack else None
+        inv = Invocation(inv_id, name, parent, cls, parse_extra_repr(module.extra_repr()))
+        retain = name not in self.ignored
+        kind = INPUT if not self.stack else CALCULATED
+        for role, t in inputs_of(args, kwargs):
+            inv.inputs.append((role, t, tensor_key(t)))
+            self._register(inv_id, role, t, kind, retain)
+        self.stack.append(inv)
+        self.invocations.append(inv)
+        self.called.add(name)
+
+    def _leave(self, name: str, output) -> None:
+        stack = self.stack
+        while stack and stack[-1].module != name:  # an exception left calls open
+            stack.pop()
+        if not stack:
+            return
+        inv = stack.pop()
+        found = outputs_of(output)
+        if not found:
+            self.without_output.add(name)
+            return
+        self.with_output.add(name)
+        retain = name not in self.ignored
+        for role, t in found:
+            inv.outputs.append((role, t, tensor_key(t)))
+            self._register(inv.id, role, t, CALCULATED, retain)
+            if retain and t.requires_grad:
+                self.step_outputs.append((name, inv.id, t))
+
+    def attach(self, tensor: torch.Tensor, parent: torch.nn.Module, name: str) -> None:
+        """Record ``tensor`` as the output of a node ``<parent's name>.<name>``."""
+        parent_name = self.names.get(id(parent))
+        if parent_name is None or not isinstance(tensor, torch.Tensor) or not (
+                tensor.is_floating_point() or tensor.is_complex()):
+            return
+        node = f"{parent_name}.{name}"
+        if node not in self.io_nodes:
+            self.io_nodes.add(node)
+            self.attached[node] = parent_name
+            self._send_config()
+        count = self.calls.get(node, 0)
+        self.calls[node] = count + 1
+        inv_id = node if count == 0 else f"{node}#{count}"
+        stack_parent = next((inv.id for inv in reversed(self.stack)
+                             if inv.module == parent_name), self.stack[-1].id if self.stack
+                            else None)
+        inv = Invocation(inv_id, node, stack_parent, "attach", {})
+        key = tensor_key(tensor)
+        inv.inputs.append(("input 0", tensor, key))
+        inv.outputs.append(("output 0", tensor, key))
+        self.invocations.append(inv)
+        self.called.add(node)
+        self.with_output.add(node)
+        self._register(inv_id, "output 0", tensor, CALCULATED, True)
+        if tensor.requires_grad:
+            self.step_outputs.append((node, inv_id, tensor))
+
+    def _register(self, node: str, role: str, t: torch.Tensor, kind: str, retain: bool) -> None:
+        if self.s.structure_only:
+            return
+        step = self.rec._step
+        if step is None:
+            return
+        key = (id(t), _version(t))
+        snap = self.snapshots.get(key)
+        if snap is None:
+            with torch.no_grad():
+                snap = self.snapshots[key] = (t, t.detach().clone())
+        batch_dim = next((i for i, s in enumerate(t.shape) if s == self.batch_size), None)
+        try:
+            reg = step.book(f"{node} {role}", t, node, role, kind, self.iteration, batch_dim,
+                            False, False, None, -1, t.grad_fn)
+        except ComgraError:
+            return  # the user registered this node and role already
+        reg.values = snap[1]
+        if retain and "io_grad" in self.s.log and t.grad_fn is not None:
+            t.retain_grad()
+
+    # ----- gradients --------------------------------------------------------------------
+
+    def _watch_backward(self, output, hook) -> None:
+        for _role, t in outputs_of(output):
+            if t.requires_grad and t.grad_fn is not None:
+                t.register_hook(hook)
+
+    def _mark_backward(self, grad):
+        self.backward_seen = True
+
+    def _on_gradient(self, grad):
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    def _backward_done(self) -> None:
+        """The backward pass has ended: every gradient of it is accumulated now."""
+        self._callback_queued = False
+        self.backward_seen = True
+        if self.open != TRAINING or self.s.structure_only:
+            return
+        self.backward_count += 1
+        group = "backward" if self.backward_count == 1 else f"backward_{self.backward_count}"
+        try:
+            self.rec.record_current_gradients(group)
+        except ComgraError as e:
+            log.warning("comgra_like.watch: the gradients of step %s were not recorded: %s",
+                        self.step_no, e)
+        if "io_grad" in self.s.log:
+            for name, _inv, t in self.step_outputs:
+                (self.got_gradient if t.grad is not None else self.no_gradient).add(name)
+
+    # ----- module graph, configuration, report ------------------------------------------
+
+    def _send_module_graph(self) -> None:
+        structure = build(self.invocations, self.batch_size)
+        digest = canonical_hash(structure)
+        writer = self.rec.writer
+        if digest not in self._sent_graphs:
+            self._sent_graphs.add(digest)
+            writer.submit(ModuleGraph(digest, structure))
+        try:
+            time = float(self.s.time_fn(self.module, self.step_no))
+        except Exception:  # noqa: BLE001 - a time_log that fails falls back to the step
+            time = float(self.step_no)
+        writer.submit(WatchStep(int(self.step_no), str(self.toe), int(self.iteration),
+                                         digest, time))
+        if not self.own:
+            self.steps_recorded += 1
+            self._write_report()
+
+    def params_map(self) -> dict[str, list[str]]:
+        """{parameter full name (as the recorder tracks it): [module name, parameter]}."""
+        out = {}
+        for sub in self.module.modules():
+            name = self.names[id(sub)]
+            for p_name, _p in sub.named_parameters(recurse=False):
+                out.setdefault(f"{name}.{p_name}", [name, p_name])
+        return out
+
+    def _send_config(self) -> None:
+        if self.s.structure_only:
+            return
+        config = {**self.s.histogram, "log": list(self.s.log),
+                  "io_nodes": sorted(self.io_nodes), "no_io_grad": sorted(self.ignored),
+                  "params": self.params_map(),
+                  "time_unit": self.s.time_name}
+        self.rec.writer.submit(Watch(config))
+
+    def report(self) -> dict:
+        """Which modules were hooked, which were skipped and why."""
+        skipped = []
+        names = sorted(set(self.names.values()))
+        for name in names:
+            if name in self.ignored:
+                skipped.append({"module": name, "reason": IGNORED_CLASS,
+                                "detail": "ignore_io_grad_classes: its io_grad is not recorded"})
+        if self.steps_recorded:
+            for name in names:
+                if name not in self.called:
+                    skipped.append({"module": name, "reason": NEVER_CALLED,
+                                    "detail": "not called in any recorded step"})
+                elif name in self.without_output and name not in self.with_output:
+                    skipped.append({"module": name, "reason": NO_TENSOR_OUTPUT,
+                                    "detail": "returned no floating-point tensor"})
+            for name in sorted(self.no_gradient - self.got_gradient):
+                skipped.append({"module": name, "reason": NO_GRADIENT,
+                                "detail": "no output of it received a gradient in the "
+                                          "recorded backward passes"})
+        if self.eval_skipped is not None:
+            skipped.append({"module": self.root, "reason": EVAL_MODE,
+                            "detail": f"validation passes are not recorded: {self.eval_skipped}"})
+        return {
+            "root": self.root,
+            "hooked": names,
+            "attached": sorted(self.attached),
+            "skipped": skipped,
+            "steps_recorded": self.steps_recorded,
+            "log": list(self.s.log),
+            "log_freq": self.s.log_freq,
+            "eval_mode": self.s.eval_mode,
+            "time_unit": self.s.time_name,
+        }
+
+    def _write_report(self) -> None:
+        report = self.report()
+        if report == self._last_report:
+            return
+        self._last_report = report
+        writer = self.rec.writer
+        if writer is not None and not self.rec._finalized:
+            writer.submit(WatchReport(report))
+        if not self._logged and self.steps_recorded:
+            self._logged = True
+            reasons: dict[str, int] = {}
+            for x in report["skipped"]:
+                reasons[x["reason"]] = reasons.get(x["reason"], 0) + 1
+            msg = (f"comgra_like.watch: {len(report['hooked'])} modules of {self.root} "
+                   f"hooked; " + (", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+                                  or "none skipped")
+                   + " (the watch report: Group.read_watch_report)")
+            if self.s.verbose:
+                log.warning(msg)
+            else:
+                log.info(msg)
+
+    def close(self) -> None:
+        """Stop watching: every hook removed, the open step sent, the report written."""
+        if self.closed:
+            return
+        self.closed = True
+        self.active = False
+        self.remove_hooks()
+        try:
+            if self.own:
+                self._end_step()
+            self._write_report()
+        finally:
+            self.step_outputs = []
+            self.snapshots = {}
+            self.invocations = []
+
+
+def _batch_size(args: tuple, kwargs: dict) -> int:
+    """The size of the first dimension of the first tensor argument (1 if none)."""
+    for _role, t in inputs_of(args, kwargs):
+        if t.dim():
+            return max(int(t.shape[0]), 1)
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.dim():
+            return max(int(a.shape[0]), 1)
+    return 1
+
+
+def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:
+    for m in root.modules():
+        if id(m) == key:
+            return m
+    return None

@@ -1,0 +1,312 @@
+"""``comgra_like.watch(model)``: every module's inputs, outputs, their gradients, its
+parameters and their gradients, recorded without registering tensors by hand
+(torchexplorer 1.1.2's ``watch`` and ``attach``, with the same parameters and defaults).
+
+The recording is an ordinary trial: the tensors are registered tensors of the step (node
+= the module invocation, role = ``input 0``, ``output logits``, ...), so every page of
+the GUI shows them; on top come one histogram per tensor and recorded step, the module
+graph of each step and a report of what was hooked and skipped
+(``Group.read_histograms``, ``read_module_graph``, ``read_watch_report``).
+The driver is ``comgra_like/record/hooks.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import CallOrderError, ConfigurationError
+from .format.schema import TRIAL_ID_PATTERN
+from .objects import DecisionMakerForRecordingsFrequencyPerType
+from .record.hooks import LOG_OPTIONS, Settings, Watcher
+
+log = logging.getLogger("comgra_like")
+
+BACKENDS = ("standalone", "none", "wandb")
+DEFAULT_BACKEND = "standalone"
+
+# watched module -> its watcher, for attach()
+_WATCHERS: dict[int, Watcher] = {}
+
+
+class WatchHandle:
+    """What ``watch`` returns: stops watching (``unwatch()``, or leaving a ``with``
+    block), and says where the recording is."""
+
+    def __init__(self, watcher: Watcher, recorder, own: bool, backend: str):
+        self._watcher = watcher
+        self.recorder = recorder
+        self.own = own
+        self.backend = backend
+
+    @property
+    def group_path(self) -> Path:
+        """The group folder (``comgra --path`` opens it)."""
+        return self.recorder.group_path
+
+    @property
+    def trial_id(self) -> str:
+        return self.recorder.trial_id
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self._watcher.module
+
+    @property
+    def watching(self) -> bool:
+        return not self._watcher.closed
+
+    def report(self) -> dict:
+        """Which modules are hooked, which skipped and why (also in the recording)."""
+        return self._watcher.report()
+
+    def flush(self) -> None:
+        """Everything recorded so far on disk (the open step is sent first when watch
+        drives the steps, so call it between steps)."""
+        if self.own:
+            self._watcher._end_step()
+        self.recorder.flush()
+
+    def unwatch(self) -> None:
+        """Remove every hook; the last recorded step is written. With its own trial the
+        recording is finalized (compacted, marked finished)."""
+        watcher = self._watcher
+        if watcher.closed:
+            return
+        try:
+            watcher.close()
+        finally:
+            for key, w in list(_WATCHERS.items()):
+                if w is watcher:
+                    del _WATCHERS[key]
+            if self.own:
+                self.recorder.finalize()
+
+    close = unwatch
+
+    def __enter__(self) -> WatchHandle:  # noqa: PYI034 - typing.Self needs Python 3.11
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.unwatch()
+
+    def __repr__(self) -> str:
+        state = "watching" if self.watching else "stopped"
+        return (f"WatchHandle({type(self.module).__name__}, {state}, group "
+                f"{str(self.group_path)!r}, trial {self.trial_id!r})")
+
+
+def watch(
+    module: torch.nn.Module,
+    log: Sequence[str] = ("io", "io_grad", "params", "params_grad"),
+    log_freq: int = 500,
+    ignore_io_grad_classes: Sequence[type] = (),
+    disable_inplace: bool = False,
+    bins: int = 30,
+    sample_n: int | None = 1000,
+    reject_outlier_proportion: float = 0.1,
+    time_log: tuple[str, Callable[[torch.nn.Module, int], Any]] | None = (
+        "step", lambda module, step: step),
+    delay_log_multi_backward: bool = False,
+    backend: str = DEFAULT_BACKEND,
+    standalone_dir: str = "./torchexplorer_standalone",
+    standalone_port: int = 8080,
+    verbose: bool = True,
+    *,
+    recorder=None,
+    name: str | None = None,
+    trial_id: str | None = None,
+    eval_mode: str = "record",
+    seed: int = 0,
+) -> WatchHandle:
+    """Record every module of ``module``: inputs, outputs, their per-sample gradient
+    norms, parameters and parameter gradients, as tensors of the recording and as
+    histograms over time, with the module graph of each recorded step.
+
+    The parameters up to ``verbose`` are torchexplorer 1.1.2's, with its defaults.
+    ``backend``: ``'standalone'`` (the default: a recording under ``standalone_dir`` that
+    ``comgra --path <standalone_dir> --port <standalone_port>`` opens; no account or
+    server needed while training) or ``'none'`` (the module graph and the watch report
+    only). ``recorder``: an existing ``ComgraRecorder``; the watched modules are then
+    recorded into its trial on the steps it records (inside its iterations), next to
+    the tensors registered by hand, and its loop decides steps and gradients.
+
+    Keyword-only extras: ``name`` of the root module (default ``model``, or the name
+    the recorder tracks it under); ``trial_id`` of the own trial (default
+    ``watch-<date>-<time>``); ``eval_mode``: ``'record'`` records the first forward in
+    eval mode after each recorded training step as type of execution ``validation``,
+    ``'skip'`` does not (the watch report says so); ``seed`` of the histogram sampling.
+
+    Returns a :class:`WatchHandle` (``unwatch()``, or use it in a ``with`` block).
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise ConfigurationError(f"watch() needs a torch.nn.Module, got {type(module).__name__}")
+    if id(module) in _WATCHERS:
+        raise ConfigurationError(
+            f"{type(module).__name__} is watched already; call unwatch() on the handle the "
+            "first watch() returned before watching it again")
+    what = _check_log(log)
+    if type(log_freq) is not int or log_freq < 1:
+        raise ConfigurationError(f"log_freq must be a positive integer, got {log_freq!r}")
+    if type(bins) is not int or bins < 1:
+        raise ConfigurationError(f"bins must be a positive integer, got {bins!r}")
+    if sample_n is not None and (type(sample_n) is not int or sample_n < 1):
+        raise ConfigurationError(
+            f"sample_n must be a positive integer or None (every value), got {sample_n!r}")
+    if not isinstance(reject_outlier_proportion, (int, float)) or isinstance(
+            reject_outlier_proportion, bool) or not 0 <= reject_outlier_proportion < 1:
+        raise ConfigurationError(
+            "reject_outlier_proportion must be a number from 0 (keep every value) to below 1, "
+            f"got {reject_outlier_proportion!r}")
+    classes = tuple(ignore_io_grad_classes or ())
+    if not all(isinstance(c, type) for c in classes):
+        raise ConfigurationError(
+            "ignore_io_grad_classes must hold module classes (e.g. [torch.nn.ReLU]), got "
+            f"{list(ignore_io_grad_classes)!r}")
+    if time_log is None:
+        time_log = ("step", lambda module, step: step)
+    if (not isinstance(time_log, tuple) or len(time_log) != 2 or not callable(time_log[1])):
+        raise ConfigurationError(
+            "time_log must be a pair (axis name, function(module, step) -> number), e.g. "
+            "('step', lambda module, step: step)")
+    if eval_mode not in ("record", "skip"):
+        raise ConfigurationError(f"eval_mode must be 'record' or 'skip', got {eval_mode!r}")
+    if backend == "wandb":
+        raise ConfigurationError(
+            "backend='wandb' is torchexplorer's; comgra_like records to files instead: use "
+            "backend='standalone' (the default; open the recording with comgra --path "
+            "<standalone_dir>), backend='none' (structure only), or recorder=<your "
+            "ComgraRecorder> to record into an existing trial")
+    if backend not in ("standalone", "none"):
+        raise ConfigurationError(
+            f"backend must be 'standalone' or 'none', got {backend!r}")
+    if recorder is not None and backend == "none":
+        raise ConfigurationError(
+            "backend='none' records only the structure into a trial of its own; drop "
+            "recorder= or use backend='standalone'")
+
+    structure_only = backend == "none"
+    own = recorder is None
+    if own:
+        root = name if name is not None else "model"
+        _check_name(root)
+        recorder = _own_recorder(standalone_dir, trial_id, backend)
+        try:
+            recorder.track_module(root, module)
+        except BaseException:
+            recorder.finalize()
+            raise
+    else:
+        root = _attach_to_recorder(recorder, module, name)
+    if disable_inplace:
+        for sub in module.modules():
+            if hasattr(sub, "inplace"):
+                sub.inplace = False
+    settings = Settings(
+        log=() if structure_only else what, log_freq=log_freq,
+        ignore_io_grad_classes=classes, time_name=str(time_log[0]), time_fn=time_log[1],
+        delay_log_multi_backward=bool(delay_log_multi_backward), eval_mode=eval_mode,
+        structure_only=structure_only,
+        histogram={"bins": bins, "sample_n": sample_n,
+                   "reject_outlier_proportion": float(reject_outlier_proportion),
+                   "seed": int(seed)},
+        verbose=bool(verbose))
+    watcher = Watcher(module, recorder, own, root, settings)
+    for sub in module.modules():
+        _WATCHERS.setdefault(id(sub), watcher)
+    handle = WatchHandle(watcher, recorder, own, backend)
+    if own:
+        msg = (f"comgra_like.watch: recording {type(module).__name__} into "
+               f"{recorder.group_path} (trial {recorder.trial_id}); open it with: comgra "
+               f"--path {recorder.group_path} --port {standalone_port}")
+        if verbose:
+            _log.warning(msg)
+        else:
+            _log.info(msg)
+    return handle
+
+
+_log = log
+
+
+def attach(tensor: torch.Tensor, parent_module: torch.nn.Module, name: str) -> torch.Tensor:
+    """Record ``tensor`` as if it were the output of a module ``<parent>.<name>``, from
+    inside ``parent_module``'s ``forward`` (torchexplorer's ``attach``). Returns the
+    tensor unchanged; on steps that are not recorded this does nothing else."""
+    watcher = _WATCHERS.get(id(parent_module))
+    if watcher is not None and watcher.active:
+        if not isinstance(name, str) or not name or "#" in name:
+            raise ConfigurationError(
+                f"attach(..., name={name!r}): the name must be a non-empty string without '#'")
+        watcher.attach(tensor, parent_module, name)
+    return tensor
+
+
+def _check_log(log: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(log, str):
+        log = [log]
+    what = tuple(dict.fromkeys(log))
+    wrong = [x for x in what if x not in LOG_OPTIONS]
+    if wrong:
+        raise ConfigurationError(
+            f"log may hold {', '.join(LOG_OPTIONS)}; got {wrong!r}")
+    return what
+
+
+def _check_name(root: str) -> None:
+    if not isinstance(root, str) or not root or "." in root or "#" in root:
+        raise ConfigurationError(
+            f"name={root!r}: the root module's name must be non-empty, without '.' or '#'")
+
+
+def _own_recorder(standalone_dir: str, trial_id: str | None, backend: str):
+    from .recorder import ComgraRecorder
+
+    folder = Path(standalone_dir).expanduser().resolve()
+    if trial_id is None:
+        trial_id = "watch-" + time.strftime("%Y%m%d-%H%M%S")
+    if not isinstance(trial_id, str) or not TRIAL_ID_PATTERN.match(trial_id):
+        raise ConfigurationError(
+            f"trial_id {trial_id!r} is not a valid trial id: letters, digits, '.', '_' and "
+            "'-', not starting with '.'")
+    return ComgraRecorder(
+        folder.parent, folder.name, trial_id,
+        DecisionMakerForRecordingsFrequencyPerType(1),
+        max_num_batch_size_to_record=0,
+        calculate_svd_and_other_expensive_operations_of_parameters=False)
+
+
+def _attach_to_recorder(recorder, module: torch.nn.Module, name: str | None) -> str:
+    from .recorder import ComgraRecorder
+
+    if not isinstance(recorder, ComgraRecorder):
+        raise ConfigurationError(
+            f"recorder= must be a comgra_like.ComgraRecorder, got {type(recorder).__name__}")
+    if not recorder.comgra_is_active:
+        raise ConfigurationError(
+            "recorder= is inactive (comgra_is_active=False), so nothing would be recorded; "
+            "pass an active recorder or drop recorder=")
+    if recorder._finalized:
+        raise CallOrderError("recorder= was finalized already; watch before finalize()")
+    tracked = recorder._modules.get(id(module))
+    if tracked is not None:
+        if name is not None and name != tracked:
+            raise ConfigurationError(
+                f"the recorder tracks this module as {tracked!r}; drop name= or pass "
+                f"name={tracked!r}")
+        return tracked
+    root = name if name is not None else "model"
+    _check_name(root)
+    if recorder._stage != "idle" or recorder._recorded_steps:
+        raise CallOrderError(
+            "watch(module, recorder=...) needs the module tracked by the recorder, and "
+            "track_module() must come before the first start_batch(): call "
+            f"recorder.track_module({root!r}, module) at the start, or call watch() before "
+            "the first start_batch()")
+    recorder.track_module(root, module)
+    return root
