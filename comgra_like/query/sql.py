@@ -288,15 +288,18 @@ class GroupSQL:
         con.execute(f"CREATE OR REPLACE VIEW {TRIALS_TABLE} AS SELECT * FROM __comgra_trials")
         for table in SHARD_TABLES:
             parts = []
-            by_trial: dict[str, list[str]] = {}
-            for shard in listing.shards[table]:
-                by_trial.setdefault(shard.trial_id, []).append(shard.path)
-            for trial_id, paths in by_trial.items():
+            paths = [shard.path for shard in listing.shards[table]]
+            if paths:
                 files = ", ".join(_literal(p) for p in paths)
-                # trial_id from the folder name (the query API's name of the trial);
-                # union_by_name: a column added later (rank, ...) shows, null in older files.
-                parts.append(f"SELECT {_literal(trial_id)} AS trial_id, * EXCLUDE (trial_id) "
-                             f"FROM read_parquet([{files}], union_by_name = true)")
+                # One scan of every trial's files (many trials cost no more than one).
+                # trial_id from the path, <group>/trials/<trial_id>/<table>/<file>: the
+                # query API's name of the trial, also in a copied or renamed folder.
+                # union_by_name: a column added later (rank, ...) shows, null in older
+                # files.
+                parts.append(
+                    f"SELECT parse_path({_FILE_COLUMN})[-3] AS trial_id, "
+                    f"* EXCLUDE (trial_id, {_FILE_COLUMN}) FROM read_parquet([{files}], "
+                    f"filename = {_literal(_FILE_COLUMN)}, union_by_name = true)")
             if table == NOTES_DIR and listing.legacy_notes:
                 con.register("__comgra_legacy_notes",
                              pa.Table.from_pylist(listing.legacy_notes,

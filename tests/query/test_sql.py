@@ -272,6 +272,22 @@ def test_a_live_recorder_new_shards_and_its_compaction(tmp_path, tiny_run_class)
     assert db.sql("SELECT status FROM trials")["status"].tolist() == ["finished"]
 
 
+def test_a_column_files_gain_later_shows_and_is_null_in_older_files(tmp_path, tiny_group):
+    """As the rank column of per-rank recording will: a newer shard with one more column."""
+    from comgra_like.format.layout import part_name, shard_range
+
+    path = shutil.copytree(tiny_group, tmp_path / "g")
+    folder = path / "trials" / "trial_a" / "kpis"
+    last = max(shard_range(p.name)[1] for p in folder.glob("*.parquet"))
+    old = pq.read_table(folder)
+    newer = old.slice(0, 3).append_column("rank", pa.array([1, 1, 1], pa.int32()))
+    pq.write_table(newer, folder / part_name(last + 1))
+    got = sql(path, "SELECT trial_id, rank, count(*) AS n FROM kpis GROUP BY ALL ORDER BY ALL")
+    rows = [(t, None if pd.isna(r) else int(r), int(n)) for t, r, n in got.itertuples(index=False)]
+    total_b = len(pq.read_table(path / "trials" / "trial_b" / "kpis"))
+    assert rows == [("trial_a", 1, 3), ("trial_a", None, len(old)), ("trial_b", None, total_b)]
+
+
 def test_tables_come_from_the_layout_and_empty_ones_have_their_columns(tiny_group):
     from comgra_like.format.layout import NOTES_DIR, TABLES
     from comgra_like.format.schema import SHARD_SCHEMAS
