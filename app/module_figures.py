@@ -135,7 +135,7 @@ def has_children(graph: Mapping[str, Any] | None, inv_id: str) -> bool:
 
 
 def breadcrumb(graph: Mapping[str, Any] | None, parent: str) -> list[tuple[str, str]]:
-    """``(label, id)`` from the root down to ``parent`` (the root is labelled by its class)."""
+    """``(label, id)`` from the root down to ``parent``."""
     by_id = invocations(graph)
     root = root_id(graph)
     chain: list[str] = []
@@ -145,7 +145,8 @@ def breadcrumb(graph: Mapping[str, Any] | None, parent: str) -> list[tuple[str, 
         current = _parent_of(by_id[current], by_id) if current in by_id else None
     chain.reverse()
     root_inv = by_id.get(root)
-    root_label = str(root_inv.get("class") or "model") if root_inv else "model"
+    # the root's name as watch() gave it ("model"), else its class
+    root_label = root or (str(root_inv.get("class") or "model") if root_inv else "model")
     return [(root_label, root)] + [(_short_name(by_id, i), i) for i in chain]
 
 
