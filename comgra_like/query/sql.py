@@ -11,7 +11,7 @@ does. A damaged file is left out and reported in :attr:`GroupSQL.skipped` (the q
 ``Group.skipped``), or raises a :class:`StorageError` with ``damaged="raise"``.
 
 DuckDB is an optional dependency (``pip install comgra-like[sql]``), imported only when
-a connection is made: the GUI and the writer never load it.
+a connection is made: the GUI, the rest of the query API and the writer never load it.
 """
 
 from __future__ import annotations
@@ -209,7 +209,6 @@ class GroupFiles:
         log.warning("skipping damaged file %s: %s", path, reason)
 
 
-
 class GroupSQL:
     """DuckDB views over every trial of a group. Create it with :func:`connect`.
 
@@ -237,7 +236,11 @@ class GroupSQL:
             self._con.execute(f"SET threads TO {int(threads)}")
         self._skipped: dict[str, SkippedFile] = {}
         self._listing: _Listing | None = None
-        self.refresh()
+        try:
+            self.refresh()
+        except BaseException:
+            self._con.close()
+            raise
 
     def close(self) -> None:
         self._con.close()
@@ -386,6 +389,7 @@ class GroupSQL:
                     return shard.path
         return None
 
+
 def _files(listing: _Listing) -> set[str]:
     return {s.path for shards in listing.shards.values() for s in shards}
 
@@ -412,7 +416,8 @@ def sql(group_path: str | os.PathLike, query: str, *, arrow: bool = False,
     gradient norm per node over all trials::
 
         sql(group, "SELECT node, max(norm) AS max_norm FROM tensors "
-                   "WHERE recording_type LIKE 'gradient:%' AND aggregation = 'batch_mean' "
+                   "WHERE recording_type LIKE 'gradient:%' "
+                   "AND aggregation IN ('none', 'batch_abs_max') "
                    "GROUP BY node ORDER BY max_norm DESC")
 
     Damaged files are left out (``damaged="skip"``, the default; they are listed in the

@@ -247,6 +247,21 @@ def test_a_file_damaged_after_the_listing_is_skipped_at_the_query(tmp_path, tiny
         sql_connect(path, damaged="raise").sql("SELECT sum(norm) FROM tensors")
 
 
+def test_a_compaction_after_the_listing_is_followed(tmp_path, tiny_group):
+    """The parts listed are gone when the query runs: the group is listed again."""
+    from comgra_like import compact_trial
+
+    path = shutil.copytree(tiny_group, tmp_path / "g")
+    one_shard_per_step(path / "trials" / "trial_a")
+    db = sql_connect(path)
+    before = db.sql("SELECT count(*) AS n, sum(norm) AS s FROM tensors")
+    compact_trial(path / "trials" / "trial_a")
+    assert not list((path / "trials" / "trial_a" / "tensors").glob("part-*"))
+    after = db.sql("SELECT count(*) AS n, sum(norm) AS s FROM tensors")
+    pd.testing.assert_frame_equal(after, before)
+    assert db.skipped == []
+
+
 def test_a_live_recorder_new_shards_and_its_compaction(tmp_path, tiny_run_class):
     run = tiny_run_class(tmp_path, "live", "model", list(range(0, 40, 2)), seed=3)
     path = tmp_path / "live"
