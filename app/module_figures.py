@@ -359,7 +359,7 @@ def module_graph_figure(
         "cliponaxis": False,
     })
     rows = max((len(col) for col in layout.layer_order), default=1)
-    fig_height = height or int(min(640, max(260, 90 + 70 * rows)))
+    fig_height = height or int(min(560, max(200, 60 + 60 * rows)))
     return {
         "data": traces,
         "layout": base_layout(

@@ -1,7 +1,8 @@
 """A screenshot of the Modules page (issue 15) for the README: docs/screenshots/modules.png.
 
     python benchmarks/screenshot_modules.py [--path GROUP] [--out docs/screenshots/modules.png]
-        [--size 1100x760] [--open block] [--pick block.conv1] [--time-page]
+        [--size 1100x760] [--open block] [--pick block.conv1] [--steps 60] [--keep DIR]
+        [--time-page]
 
 Without --path it records a small conv net (a stem convolution, a residual block with an
 in-place ReLU called twice, a nested Sequential head) with ``comgra_like.watch`` into a
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1100x760")
     parser.add_argument("--open", default="block", help="the module to open (a click)")
     parser.add_argument("--pick", default="block.conv1", help="a module inside it to pick too")
+    parser.add_argument("--steps", type=int, default=60, help="steps of the recorded run")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="record into this folder (kept) instead of a temporary one")
     parser.add_argument("--time-page", action="store_true")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
@@ -108,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp = None
     path = args.path
     if path is None:
-        tmp = tempfile.TemporaryDirectory(prefix="comgra_modules_")
-        path = record_watched(Path(tmp.name))
+        if args.keep is None:
+            tmp = tempfile.TemporaryDirectory(prefix="comgra_modules_")
+        started = time.perf_counter()
+        path = record_watched(args.keep or Path(tmp.name), steps=args.steps)
+        print(f"recorded {args.steps} steps in {time.perf_counter() - started:.1f} s: {path}")
     app = create_app(path, prefetch=False)
     port = _free_port()
     threading.Thread(

@@ -75,7 +75,7 @@ def layout() -> html.Div:
             ),
             dcc.Graph(
                 id=GRAPH,
-                figure=empty_figure("Loading…", height=280),
+                figure=empty_figure("Loading…", height=200),
                 config={"displaylogo": False, "scrollZoom": True},
                 className="modules-graph",
             ),
