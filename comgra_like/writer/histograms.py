@@ -125,9 +125,7 @@ class Histograms:
             plan = self._plans[step.layout_key] = self._plan(step.specs)
         if not plan:
             return None
-        bins = int(self.config.get("bins", 30))
         sample_n = self.config.get("sample_n")
-        reject = float(self.config.get("reject_outlier_proportion", 0.0))
         rows = []
         for i, what, node, role in plan:
             spec = step.specs[i]
@@ -144,10 +142,12 @@ class Histograms:
                 if values.size == 0:
                     continue
             vmin, vmax = float(values.min()), float(values.max())
-            kept = sample_values(values, sample_n, reject, self._rng)
-            lo, hi, counts = histogram(kept, bins)
-            rows.append((spec.iteration, node, role, spec.recording_type, what, lo, hi,
-                         counts, int(kept.size), vmin, vmax))
+            # the draw copies out of shared memory; rejection and counting wait for tables()
+            drawn = sample_values(values, sample_n, 0.0, self._rng)
+            if drawn.base is not None or drawn is flat:
+                drawn = np.array(drawn)
+            rows.append((spec.iteration, node, role, spec.recording_type, what, drawn, vmin,
+                         vmax))
             pause()
         msg = step.message
         return msg.step, msg.toe, rows
@@ -155,9 +155,17 @@ class Histograms:
     def tables(self, reduced: Any, pause: Callable[[], None]) -> dict[str, pa.Table | None]:
         if not reduced:
             return {}
-        training_step, toe, rows = reduced
-        if not rows:
+        training_step, toe, drawn_rows = reduced
+        if not drawn_rows:
             return {}
+        bins = int(self.config.get("bins", 30))
+        reject = float(self.config.get("reject_outlier_proportion", 0.0))
+        rows = []
+        for it, node, role, rtype, what, drawn, vmin, vmax in drawn_rows:
+            kept = sample_values(drawn, None, reject, self._rng)
+            lo, hi, counts = histogram(kept, bins)
+            rows.append((it, node, role, rtype, what, lo, hi, counts, int(kept.size), vmin, vmax))
+            pause()
         n = len(rows)
         it, node, role, rtype, what, lo, hi, counts, kept, vmin, vmax = zip(*rows)
         time = self._times.pop(training_step, float(training_step))
