@@ -41,35 +41,54 @@ def build_model():
     return Net()
 
 
-def record(root: Path, trial: str, steps: int, seed: int) -> Path:
-    """Train the net for ``steps`` steps with every step recorded; returns the group."""
-    import torch
-    from torch import nn
+class WatchedRun:
+    """The net trained under ``watch(model, recorder=...)``, one recorded step at a time
+    (every step is recorded), so that tests can read while it records."""
 
-    import comgra_like
-    from comgra_like.objects import DecisionMakerForRecordingsHardcoded
-    from comgra_like.recorder import ComgraRecorder
+    def __init__(self, root: Path, trial: str, seed: int = 0):
+        import torch
 
-    torch.manual_seed(seed)
-    model = build_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    recorder = ComgraRecorder(
-        comgra_root_path=root, group=GROUP, trial_id=trial,
-        decision_maker_for_recordings=DecisionMakerForRecordingsHardcoded(list(range(steps))),
-    )
-    with comgra_like.watch(model, log_freq=1, recorder=recorder, verbose=False):
-        for step in range(steps):
-            recorder.start_batch(step, BATCH)
+        import comgra_like
+        from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
+        from comgra_like.recorder import ComgraRecorder
+
+        torch.manual_seed(seed)
+        self.torch = torch
+        self.model = build_model()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05)
+        self.recorder = ComgraRecorder(
+            comgra_root_path=root, group=GROUP, trial_id=trial,
+            decision_maker_for_recordings=DecisionMakerForRecordingsFrequencyPerType(1),
+        )
+        self.handle = comgra_like.watch(self.model, log_freq=1, recorder=self.recorder,
+                                        verbose=False)
+        self.steps = 0
+        self.group_path = Path(root) / GROUP
+
+    def run(self, steps: int) -> WatchedRun:
+        torch, recorder = self.torch, self.recorder
+        for _ in range(steps):
+            recorder.start_batch(self.steps, BATCH)
             recorder.start_iteration()
             x = torch.randn(BATCH, 3, 8, 8)
             y = torch.randint(0, 10, (BATCH,))
-            loss = nn.functional.cross_entropy(model(x), y)
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
             recorder.register_tensor("loss", loss, is_loss=True)
-            optimizer.zero_grad()
+            self.optimizer.zero_grad()
             loss.backward()
             recorder.record_current_gradients("loss")
-            optimizer.step()
+            self.optimizer.step()
             recorder.finish_iteration()
             recorder.finish_batch()
-    recorder.finalize()
-    return Path(root) / GROUP
+            self.steps += 1
+        return self
+
+    def finish(self) -> Path:
+        self.handle.unwatch()
+        self.recorder.finalize()
+        return self.group_path
+
+
+def record(root: Path, trial: str, steps: int, seed: int) -> Path:
+    """Train the net for ``steps`` steps with every step recorded; returns the group."""
+    return WatchedRun(root, trial, seed).run(steps).finish()

@@ -131,3 +131,26 @@ def test_the_watch_report_and_a_recording_without_watch(watched, tiny_group):
     plain = AppData(tiny_group)
     assert module_data.module_graph(plain, "trial_a") == (None, None)
     assert module_data.histograms(plain, "trial_a", "memory").empty
+
+
+def test_new_steps_appear_as_new_columns_while_the_run_records(tmp_path):
+    from tests.app.watched_runs import WatchedRun
+
+    run = WatchedRun(tmp_path, "live").run(3)
+    try:
+        run.recorder.flush()
+        data = AppData(run.group_path, refresh_seconds=0.01)
+        _, graph = module_data.module_graph(data, "live")
+        conv = next(i for i in mf.invocations(graph) if i.endswith("block.conv1"))
+
+        def columns() -> list[int]:
+            data.refresh(force=True)
+            frame = module_data.histograms(data, "live", conv)
+            return list(page._grid(frame, "io", "output 0", None, data.steps("live")).steps)
+
+        assert columns() == [0, 1, 2]
+        run.run(2)
+        run.recorder.flush()
+        assert columns() == [0, 1, 2, 3, 4]  # the cached read follows the new data
+    finally:
+        run.finish()
