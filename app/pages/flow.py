@@ -1,0 +1,512 @@
+"""Flow page (issue 18): how gradient moves along a chain of nodes, and the probe loop.
+
+For the trial of the top bar: an origin (the recorded run, or one edit of the input in
+the history of probes), a step and a chain of stored flows. The Sankey draws the flows
+between the units of consecutive nodes above a threshold (a slider, relative to the
+largest link), units grouped in blocks when a node has more than the chosen number; the
+summary says the threshold, the grouping and the links of each pair, and which pairs
+are partial (only some units' rows computed). Beside it, when the origin is an edit,
+the same chain before that edit. Below: the gradient at each node as heatmaps; a click
+on a unit outlines the units it exchanges gradient with in the other nodes.
+
+The probe loop: the input of the chain's first node for the sample is an editable
+heatmap (a click toggles a cell between 0 and z, or paints z); Save stores it with
+``comgra_like.format.flows.submit_input`` (no torch) for the process running
+``comgra_like.probe.serve``; the page selects the new edit and shows its flows once that
+process has stored them (the lists are read again at every refresh tick).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dash
+import numpy as np
+from dash import Input, Output, State, dcc, html, no_update
+
+from comgra_like.errors import ComgraError
+from comgra_like.format.flows import FAILED, PENDING, submit_input
+
+from .. import flow_figures as ff
+from .. import ids
+from ..figures import empty_figure
+from ..parts import AppParts
+from .page import Page
+
+PATH = "/flow"
+NAME = "Flow"
+
+# ids of this page
+ORIGIN = "flow-origin"
+PREVIOUS = "flow-previous"
+FOLLOWING = "flow-following"
+HISTORY = "flow-history"
+STEP = "flow-step"
+CHAIN = "flow-chain"
+THRESHOLD = "flow-threshold"
+MAX_UNITS = "flow-max-units"
+SUMMARY = "flow-summary"
+SANKEY = "flow-sankey"
+BEFORE = "flow-before"
+BEFORE_BOX = "flow-before-box"
+BEFORE_CHAIN = "flow-before-chain"  # dcc.Store: the chain of the entry before the edit
+HEATMAPS = "flow-heatmaps"
+UNIT = "flow-unit"  # dcc.Store: {"chain", "node", "unit"} clicked on a heatmap
+UNIT_INFO = "flow-unit-info"
+EDITOR = "flow-editor"
+EDIT = "flow-edit"  # dcc.Store: the sample's input being edited
+Z_VALUE = "flow-z"
+MODE = "flow-mode"
+NOTE = "flow-note"
+SAVE = "flow-save"
+RESET = "flow-reset"
+SAVED = "flow-saved"  # dcc.Store: the probe the last Save submitted
+SAVE_STATUS = "flow-save-status"
+LISTS_KEY = "flow-lists-key"
+
+RUN = "__run__"  # the origin "recorded run"; names starting with "__" are never probe ids
+MAX_UNITS_CHOICES = (16, 32, 64, 128, 256, 1024)
+DEFAULT_SLIDER = -2.0
+
+
+def layout() -> html.Div:
+    marks = {s: f"{10.0 ** s:g}" for s in range(int(ff.SLIDER_MIN), int(ff.SLIDER_MAX) + 1)}
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.Span("Origin", className="sel-label me-2"),
+                    html.Button("◀", id=PREVIOUS, n_clicks=0, title="earlier edit",
+                                className="btn btn-outline-secondary btn-sm sel-nav"),
+                    dcc.Dropdown(id=ORIGIN, options=[], value=RUN, clearable=False,
+                                 className="sel-dropdown", style={"minWidth": "18rem"}),
+                    html.Button("▶", id=FOLLOWING, n_clicks=0, title="later edit",
+                                className="btn btn-outline-secondary btn-sm sel-nav me-3"),
+                    html.Span("Step", className="sel-label me-2"),
+                    dcc.Dropdown(id=STEP, options=[], value=None, clearable=False,
+                                 className="sel-dropdown", style={"minWidth": "6rem"}),
+                    html.Span("Chain", className="sel-label ms-3 me-2"),
+                    dcc.Dropdown(id=CHAIN, options=[], value=None, clearable=False,
+                                 className="sel-dropdown", style={"minWidth": "20rem"}),
+                ],
+                className="d-flex align-items-center flex-wrap mb-1 flow-controls",
+            ),
+            html.Div(id=HISTORY, className="text-muted small mb-1"),
+            html.Div(
+                [
+                    html.Span("Threshold (× largest link)", className="sel-label me-2"),
+                    html.Div(dcc.Slider(id=THRESHOLD, min=ff.SLIDER_MIN, max=ff.SLIDER_MAX,
+                                        step=0.1, value=DEFAULT_SLIDER, marks=marks,
+                                        updatemode="drag"),
+                             style={"width": "22rem"}),
+                    html.Span("units per node at most", className="sel-label ms-3 me-2"),
+                    dcc.Dropdown(id=MAX_UNITS, value=ff.DEFAULT_MAX_UNITS, clearable=False,
+                                 options=[{"label": str(n), "value": n}
+                                          for n in MAX_UNITS_CHOICES],
+                                 className="sel-dropdown", style={"minWidth": "6rem"}),
+                ],
+                className="d-flex align-items-center flex-wrap mb-1",
+            ),
+            html.Div(id=SUMMARY, className="small flow-summary mb-1"),
+            html.Div(
+                [
+                    html.Div(dcc.Graph(id=SANKEY, figure=empty_figure("Loading…", 420),
+                                       config={"displaylogo": False}),
+                             style={"flex": "1 1 560px"}),
+                    html.Div(dcc.Graph(id=BEFORE, figure=empty_figure("", 420),
+                                       config={"displaylogo": False}),
+                             id=BEFORE_BOX, style={"flex": "1 1 560px", "display": "none"}),
+                ],
+                className="d-flex flex-wrap",
+            ),
+            html.Div("Gradient at each node: click a unit to outline the units it exchanges "
+                     "gradient with.", className="text-muted small"),
+            dcc.Graph(id=HEATMAPS, figure=empty_figure("", 300),
+                      config={"displaylogo": False}),
+            html.Div(id=UNIT_INFO, className="small mb-2"),
+            html.H6("Edit the input and see the new flow", className="mt-2"),
+            html.Div(
+                [
+                    html.Div(dcc.Graph(id=EDITOR, figure=empty_figure("", 320),
+                                       config={"displaylogo": False}),
+                             style={"flex": "0 1 480px"}),
+                    html.Div(
+                        [
+                            dcc.RadioItems(
+                                id=MODE, value="toggle", inputClassName="me-1",
+                                labelClassName="me-3 d-block",
+                                options=[{"label": "click toggles 0 ↔ z", "value": "toggle"},
+                                         {"label": "click paints z", "value": "paint"}]),
+                            html.Div([html.Span("z ", className="sel-label me-1"),
+                                      dcc.Input(id=Z_VALUE, type="number", value=1.0,
+                                                debounce=True, style={"width": "7rem"})],
+                                     className="my-1"),
+                            dcc.Input(id=NOTE, type="text", placeholder="note (optional)",
+                                      style={"width": "14rem"}, className="my-1"),
+                            html.Div([
+                                html.Button("Save", id=SAVE, n_clicks=0,
+                                            className="btn btn-primary btn-sm me-2"),
+                                html.Button("Reset", id=RESET, n_clicks=0,
+                                            className="btn btn-outline-secondary btn-sm"),
+                            ], className="my-1"),
+                            html.Div(id=SAVE_STATUS, className="small"),
+                        ],
+                        className="ms-3",
+                    ),
+                ],
+                className="d-flex flex-wrap align-items-start",
+            ),
+            dcc.Store(id=UNIT, storage_type="memory"),
+            dcc.Store(id=EDIT, storage_type="memory"),
+            dcc.Store(id=SAVED, storage_type="memory"),
+            dcc.Store(id=BEFORE_CHAIN, storage_type="memory"),
+            dcc.Store(id=LISTS_KEY, storage_type="memory"),
+        ],
+        className="page-padded",
+    )
+
+
+# --- pure pieces ----------------------------------------------------------------------
+
+
+def origin_of(info: Any) -> str:
+    return RUN if info.probe_id is None else info.probe_id
+
+
+def history(probes: Sequence[Any]) -> list[dict]:
+    """The origins in order: the recorded run, then every edit (oldest first)."""
+    entries = [{"label": "recorded run", "value": RUN}]
+    for k, p in enumerate(probes, 1):
+        note = f" · {p.note}" if p.note else ""
+        entries.append({"label": f"edit {k} ({p.status}){note}", "value": p.probe_id})
+    return entries
+
+
+def chains_of(flows: Sequence[Any]) -> dict[str, list[Any]]:
+    """The flows by chain id, each chain in order of position (oldest chain first)."""
+    chains: dict[str, list[Any]] = {}
+    for f in flows:
+        chains.setdefault(f.chain_id, []).append(f)
+    return {c: sorted(fs, key=lambda f: f.position) for c, fs in chains.items()}
+
+
+def chain_label(flows: Sequence[Any]) -> str:
+    names = [flows[0].source] + [f.target for f in flows] if flows else []
+    return f"{' → '.join(names)} (sample {flows[0].sample})" if flows else ""
+
+
+def chain_names(flows: Sequence[Any]) -> list[str]:
+    return [flows[0].source] + [f.target for f in flows] if flows else []
+
+
+def probe_text(probe: Any, k: int, total: int) -> str:
+    head = f"edit {k} of {total}"
+    if probe.status == PENDING:
+        return (f"{head}: pending — waiting for the process serving probes "
+                "(comgra_like.probe.serve) to run it")
+    if probe.status == FAILED:
+        return f"{head}: failed — {probe.error}"
+    seconds = f" in {probe.seconds:.2f} s" if probe.seconds is not None else ""
+    return f"{head}: done{seconds}" + (f" · {probe.note}" if probe.note else "")
+
+
+# --- callbacks ------------------------------------------------------------------------
+
+
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
+    def trial_of(selection: Mapping | None) -> str | None:
+        return ((selection or {}).get("current") or {}).get("trial")
+
+    def listed(trial: str) -> tuple[list, list]:
+        group = data.group
+        if group is None or trial not in data.trial_ids():
+            return [], []
+        flows = data._safely(f"flows of {trial}", lambda: group.read_flows(trial), [])
+        probes = data._safely(f"probes of {trial}", lambda: group.read_probes(trial), [])
+        return flows, probes
+
+    def chain_data(trial: str, chain: str | None) -> list:
+        """The FlowData of a chain, in order (memory-mapped arrays)."""
+        if chain is None or data.group is None:
+            return []
+        flows, _ = listed(trial)
+        infos = chains_of(flows).get(chain, [])
+        return [data.group.read_flow(trial, f.record_id) for f in infos]
+
+    @app.callback(
+        Output(ORIGIN, "options"),
+        Output(ORIGIN, "value"),
+        Output(STEP, "options"),
+        Output(STEP, "value"),
+        Output(CHAIN, "options"),
+        Output(CHAIN, "value"),
+        Output(BEFORE_CHAIN, "data"),
+        Output(HISTORY, "children"),
+        Output(LISTS_KEY, "data"),
+        Input(ids.TICK, "n_intervals"),
+        Input(ids.SELECTION, "data"),
+        Input(ORIGIN, "value"),
+        Input(STEP, "value"),
+        Input(CHAIN, "value"),
+        Input(SAVED, "data"),
+        Input(PREVIOUS, "n_clicks"),
+        Input(FOLLOWING, "n_clicks"),
+        State(LISTS_KEY, "data"),
+    )
+    def lists(_tick: Any, selection: dict | None, origin: str | None, step: int | None,
+              chain: str | None, saved: dict | None, _p: Any, _f: Any, shown: Any) -> tuple:
+        trigger = dash.callback_context.triggered_id
+        trial = trial_of(selection)
+        flows, probes = listed(trial) if trial else ([], [])
+        entries = history(probes)
+        values = [e["value"] for e in entries]
+        if trigger == SAVED and saved and saved.get("probe_id") in values:
+            origin = saved["probe_id"]
+        if origin not in values:
+            origin = RUN
+        at = values.index(origin)
+        if trigger == PREVIOUS and at > 0:
+            at -= 1
+        elif trigger == FOLLOWING and at < len(values) - 1:
+            at += 1
+        origin = values[at]
+        mine = [f for f in flows if origin_of(f) == origin]
+        steps = sorted({f.training_step for f in mine}, key=lambda s: (s is None, s or 0))
+        if step not in steps:
+            step = steps[-1] if steps else None
+        chains = chains_of([f for f in mine if f.training_step == step])
+        chain_options = [{"label": chain_label(fs), "value": c} for c, fs in chains.items()]
+        if chain not in chains:
+            # the same nodes as the chain shown before (a new edit of the same chain)
+            before_names = chain_names(chains_of(flows).get(chain, []))
+            same = [c for c, fs in chains.items() if chain_names(fs) == before_names]
+            chain = (same or list(chains) or [None])[-1]
+        before = None
+        if at > 0 and chain is not None:
+            names = chain_names(chains[chain])
+            earlier = [f for f in flows if origin_of(f) == values[at - 1]]
+            candidates = [c for c, fs in chains_of(earlier).items() if chain_names(fs) == names]
+            same_step = [c for c in candidates
+                         if chains_of(earlier)[c][0].training_step == step]
+            before = (same_step or candidates or [None])[-1]
+        if at == 0:
+            text = (f"recorded run · {len(probes)} edit{'s' if len(probes) != 1 else ''} "
+                    "in the history" if probes else "recorded run · no edits yet")
+        else:
+            text = probe_text(probes[at - 1], at, len(probes))
+        if not flows and trial:
+            text = (f"No gradient flows stored for {trial}: compute them with "
+                    "comgra_like.record.flow (FlowChain, write_flows) or serve probes.")
+        key = [trial, [f.record_id for f in flows], [(p.probe_id, p.status) for p in probes],
+               origin, step, chain, before]
+        if key == shown:
+            return (no_update,) * 9
+        step_options = [{"label": "—" if s is None else str(s), "value": s} for s in steps]
+        return (entries, origin, step_options, step, chain_options, chain, before, text, key)
+
+    @app.callback(
+        Output(SANKEY, "figure"),
+        Output(BEFORE, "figure"),
+        Output(BEFORE_BOX, "style"),
+        Output(SUMMARY, "children"),
+        Input(CHAIN, "value"),
+        Input(BEFORE_CHAIN, "data"),
+        Input(THRESHOLD, "value"),
+        Input(MAX_UNITS, "value"),
+        Input(HISTORY, "children"),
+        State(ids.SELECTION, "data"),
+    )
+    def show_sankey(chain: str | None, before: str | None, slider: float | None,
+                    max_units: int | None, history_text: Any, selection: dict | None) -> tuple:
+        started = time.perf_counter()
+        result = sankey_view(trial_of(selection), chain, before, slider, max_units,
+                             history_text)
+        parts.timings.record("flow.sankey", time.perf_counter() - started)
+        return result
+
+    def grouped(trial: str, flows: list, max_units: int) -> list:
+        """The chain grouped in blocks; cached per record (records never change)."""
+        blocks = ff.chain_blocks(flows, max_units)
+        out = []
+        for f in flows:
+            key = ("flow_grouped", trial, f.info.record_id, blocks[f.info.source],
+                   blocks[f.info.target])
+            out.append(data.cached(key, lambda f=f: ff.grouped_flow(
+                f, blocks[f.info.source], blocks[f.info.target]),
+                size=lambda g: 512 + (g.matrix.nbytes if g.matrix is not None else 0)))
+        return out
+
+    def sankey_view(trial: str | None, chain: str | None, before: str | None,
+                    slider: float | None, max_units: int | None, history_text: Any) -> tuple:
+        hidden = {"flex": "1 1 560px", "display": "none"}
+        if trial is None or chain is None:
+            message = history_text if isinstance(history_text, str) and history_text else (
+                "No trial selected." if trial is None else "No flows to show.")
+            return empty_figure(message, 420), no_update, hidden, ""
+        max_units = int(max_units or ff.DEFAULT_MAX_UNITS)
+        flows = chain_data(trial, chain)
+        if not flows:
+            return empty_figure("No flows to show.", 420), no_update, hidden, ""
+        groups = grouped(trial, flows, max_units)
+        blocks = ff.chain_blocks(flows, max_units)
+        shapes = {n.name: n.shape for n in ff.chain_nodes(flows)}
+        threshold = ff.threshold_for(slider, ff.largest_link(groups))
+        model = ff.sankey_model(groups, shapes, threshold)
+        figure = ff.sankey_figure(model, title=f"{chain_label([f.info for f in flows])}")
+        lines = ff.summary_lines(model, shapes, blocks)
+        before_figure, style = no_update, hidden
+        if before is not None:
+            earlier = chain_data(trial, before)
+            if earlier:
+                old = ff.sankey_model(grouped(trial, earlier, max_units), shapes, threshold)
+                before_figure = ff.sankey_figure(old, title="before this edit")
+                style = {"flex": "1 1 560px"}
+                lines.append(f"before this edit: {len(old.link_value)} links drawn at the "
+                             "same threshold")
+        summary = [html.Div(line, className="flow-summary-line") for line in lines]
+        return figure, before_figure, style, summary
+
+    @app.callback(
+        Output(UNIT, "data"),
+        Input(HEATMAPS, "clickData"),
+        State(CHAIN, "value"),
+        State(ids.SELECTION, "data"),
+        prevent_initial_call=True,
+    )
+    def pick_unit(click: Any, chain: str | None, selection: dict | None) -> Any:
+        point = ((click or {}).get("points") or [{}])[0]
+        unit = point.get("customdata")
+        trial = trial_of(selection)
+        if unit is None or chain is None or trial is None or int(unit) < 0:
+            return no_update
+        names = [n.name for n in ff.chain_nodes(chain_data(trial, chain))]
+        k = point.get("curveNumber")
+        if not isinstance(k, int) or k >= len(names):
+            return no_update
+        return {"chain": chain, "node": names[k], "unit": int(unit)}
+
+    @app.callback(
+        Output(HEATMAPS, "figure"),
+        Output(UNIT_INFO, "children"),
+        Input(CHAIN, "value"),
+        Input(UNIT, "data"),
+        State(ids.SELECTION, "data"),
+    )
+    def show_heatmaps(chain: str | None, unit: dict | None, selection: dict | None) -> tuple:
+        trial = trial_of(selection)
+        if trial is None or chain is None:
+            return empty_figure("", 120), ""
+        flows = chain_data(trial, chain)
+        nodes = ff.chain_nodes(flows)
+        if unit and unit.get("chain") == chain:
+            found = ff.highlight_sets(flows, unit["node"], unit["unit"])
+            figure = ff.heatmaps_figure(nodes, selected=(unit["node"], unit["unit"]),
+                                        highlight=found["units"])
+            parts_text = [f"{name}: {len(u)} unit{'s' if len(u) != 1 else ''}"
+                          for name, u in found["units"].items() if name != unit["node"]]
+            text = f"{unit['node']} unit {unit['unit']} exchanges gradient with " + (
+                ", ".join(parts_text) or "no unit")
+            if found["unknown"]:
+                text += (f" · not known for {', '.join(found['unknown'])}: only some rows "
+                         "of that flow were computed (or none)")
+            return figure, text
+        return ff.heatmaps_figure(nodes), ""
+
+    @app.callback(
+        Output(EDIT, "data"),
+        Output(EDITOR, "figure"),
+        Input(CHAIN, "value"),
+        Input(EDITOR, "clickData"),
+        Input(RESET, "n_clicks"),
+        State(EDIT, "data"),
+        State(Z_VALUE, "value"),
+        State(MODE, "value"),
+        State(ORIGIN, "value"),
+        State(ids.SELECTION, "data"),
+    )
+    def edit(chain: str | None, click: Any, _reset: Any, state: dict | None, z: Any,
+             mode: str | None, origin: str | None, selection: dict | None) -> tuple:
+        trigger = dash.callback_context.triggered_id
+        trial = trial_of(selection)
+        if trigger == EDITOR and state and state.get("chain") == chain:
+            unit = ((click or {}).get("points") or [{}])[0].get("customdata")
+            if unit is None or int(unit) < 0:
+                return no_update, no_update
+            values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
+            z = float(z) if z is not None else 1.0
+            values = (ff.paint(values, [int(unit)], z) if mode == "paint"
+                      else ff.toggle(values, int(unit), z))
+            state = {**state, "values": values.reshape(-1).tolist()}
+        else:
+            state = base_input(trial, chain, origin)
+        if state is None:
+            return None, empty_figure("No input to edit for this chain.", 200)
+        values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
+        original = np.asarray(state["original"], dtype=np.float32).reshape(state["shape"])
+        changed = int((values != original).sum())
+        figure = ff.editor_figure(values, original=original, title=(
+            f"{state['node']} of sample {state['sample']} · {changed} cell"
+            f"{'s' if changed != 1 else ''} edited"))
+        return state, figure
+
+    def base_input(trial: str | None, chain: str | None, origin: str | None) -> dict | None:
+        """What the editor starts from: the chain's first node for its sample, as the
+        origin (the recorded run, or an edit) had it."""
+        if trial is None or chain is None:
+            return None
+        flows = chain_data(trial, chain)
+        if not flows or flows[0].value_source is None:
+            return None
+        info = flows[0].info
+        values = np.asarray(flows[0].value_source, dtype=np.float32)
+        return {"chain": chain, "origin": origin or RUN, "node": info.source,
+                "sample": info.sample, "step": info.training_step,
+                "shape": list(values.shape), "values": values.reshape(-1).tolist(),
+                "original": values.reshape(-1).tolist()}
+
+    @app.callback(
+        Output(SAVED, "data"),
+        Output(SAVE_STATUS, "children"),
+        Input(SAVE, "n_clicks"),
+        State(EDIT, "data"),
+        State(NOTE, "value"),
+        State(ids.SELECTION, "data"),
+        prevent_initial_call=True,
+    )
+    def save(clicks: int | None, state: dict | None, note: str | None,
+             selection: dict | None) -> tuple:
+        trial = trial_of(selection)
+        if not clicks or not state or trial is None:
+            return no_update, "Nothing to save: choose a chain with an input first."
+        values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
+        try:
+            batch, sample = edited_batch(trial, state, values)
+            probe_id = submit_input(data.path, trial, batch, training_step=state["step"],
+                                    sample=sample, note=note or "")
+        except ComgraError as e:
+            return no_update, f"Not saved: {e}"
+        return ({"probe_id": probe_id, "clicks": clicks},
+                f"Saved as {probe_id}; its flows appear when the serving process has run it.")
+
+    def edited_batch(trial: str, state: dict, values: np.ndarray) -> tuple[np.ndarray, int]:
+        """The array handed to the served function: an edit's whole batch with this
+        sample replaced, or (from the recorded run, which stores only the sample) a batch
+        of this one sample."""
+        origin = state.get("origin")
+        group = data.group
+        if origin not in (None, RUN) and group is not None:
+            probe = next((p for p in group.read_probes(trial) if p.probe_id == origin), None)
+            if probe is not None:
+                batch = np.array(group.read_probe_input(trial, origin))
+                if (batch.ndim == values.ndim + 1 and probe.sample < batch.shape[0]
+                        and batch.shape[1:] == values.shape):
+                    batch[probe.sample] = values.astype(batch.dtype)
+                    return batch, int(probe.sample)
+        return values[None], 0
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)
