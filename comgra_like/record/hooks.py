@@ -223,6 +223,7 @@ class Watcher:
         if not self.own:
             self._follow_recorder(module, args, kwargs)
             return
+        self.active = False  # (a forward that raised left it on)
         if module.training:
             if self.s.delay_log_multi_backward and not self.backward_seen and (
                     self.open == TRAINING or self.open_skipped):
@@ -317,6 +318,8 @@ class Watcher:
         self.active = False
         try:
             if not self.s.structure_only:
+                if self.rec._stage == "iteration":  # a forward that raised never ended it
+                    self.rec.finish_iteration()
                 self.rec.finish_batch()
         finally:
             self.steps_recorded += 1

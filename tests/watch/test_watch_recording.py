@@ -103,14 +103,14 @@ def test_validation_passes_are_recorded_as_their_own_type(tmp_path):
     model = MLP()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     handle = _watch(model, tmp_path / "a", log_freq=2)
-    for _ in range(5):
+    for step in range(5):
         model.train()
         loss = model(torch.randn(4, 6)).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad() if step % 4 == 0 else torch.inference_mode():
             for _ in range(3):  # three validation batches: the first is recorded
                 model(torch.randn(4, 6))
     handle.unwatch()
@@ -283,3 +283,35 @@ def test_wrong_arguments_are_refused_with_the_fix(tmp_path):
         _watch(model, tmp_path)
     handle.unwatch()
     assert all_hooks(model) == []
+
+
+class Flaky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 1)
+        self.fail = False
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.fail:
+            raise ValueError("bad batch")
+        return self.b(h)
+
+
+def test_a_forward_that_raises_does_not_stop_the_recording(tmp_path):
+    model = Flaky()
+    handle = _watch(model, tmp_path, log_freq=2)
+    for step in range(5):
+        model.fail = step == 2
+        try:
+            model(torch.randn(3, 4)).sum().backward()
+        except ValueError:
+            continue
+    handle.unwatch()
+    assert all_hooks(model) == []
+    group = open_group(handle.group_path)
+    h = group.read_histograms("t", what="io")
+    assert sorted(set(h.training_step)) == [0, 2, 4]
+    assert "model.b" not in set(h[h.training_step == 2].node)  # never reached in step 2
+    assert {"model.a", "model.b"} <= set(h[h.training_step == 4].node)
