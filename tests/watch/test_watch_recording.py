@@ -315,3 +315,19 @@ def test_a_forward_that_raises_does_not_stop_the_recording(tmp_path):
     assert sorted(set(h.training_step)) == [0, 2, 4]
     assert "model.b" not in set(h[h.training_step == 2].node)  # never reached in step 2
     assert {"model.a", "model.b"} <= set(h[h.training_step == 4].node)
+
+
+@pytest.mark.parametrize("delay", [True, False])
+def test_a_root_called_twice_before_backward(tmp_path, delay):
+    """delay_log_multi_backward=True: one step per backward (two forwards = two
+    iterations of it); without it every forward of the root starts a step."""
+    model = MLP()
+    handle = _watch(model, tmp_path, log_freq=2, delay_log_multi_backward=delay)
+    for _ in range(4):
+        (model(torch.randn(4, 6)).sum() + model(torch.randn(4, 6)).sum()).backward()
+    handle.unwatch()
+    h = open_group(handle.group_path).read_histograms("t", what="io", nodes="model",
+                                                       roles="input 0")
+    steps = list(zip(h.training_step, h.iteration))
+    assert steps == ([(0, 0), (0, 1), (2, 0), (2, 1)] if delay
+                     else [(0, 0), (2, 0), (4, 0), (6, 0)])
