@@ -139,7 +139,9 @@ def report_view(report: Mapping[str, Any] | None) -> Any:
     return html.Details(
         [
             html.Summary(f"{summary}, {len(skipped)} skipped"),
-            html.Ul([html.Li([html.Code(str(s.get("module"))), f": {s.get('reason')}"])
+            html.Ul([html.Li([html.Code(str(s.get("module"))), f": {s.get('reason')}",
+                              html.Span(f" ({s['detail']})", className="text-muted")
+                              if s.get("detail") else None])
                      for s in skipped[:200]], className="mb-0"),
         ],
         className="modules-skipped",
