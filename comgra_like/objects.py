@@ -1,4 +1,4 @@
-"""Decision makers: which training steps get recorded.
+"""Decision makers: which training steps get recorded; TensorReference.
 
 Importable as ``comgra_like.objects`` (the counterpart of ``comgra.objects``).
 No torch needed.
@@ -7,6 +7,7 @@ No torch needed.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
@@ -97,3 +98,26 @@ class DecisionMakerForRecordingsFrequencyPerType(DecisionMakerForRecordings):
             f"min_training_steps_difference={self.min_training_steps_difference}, "
             f"exponential_backoff_factor={self.exponential_backoff_factor})"
         )
+
+
+@dataclass(frozen=True)
+class TensorReference:
+    """A registered tensor by its name and iteration, as comgra's ``TensorReference``.
+
+    ``add_tensor_connection`` accepts it wherever it accepts a tensor or a name. A
+    reference that is not canonical stands for the tensor its ``previous_reference``
+    chain ends at (comgra's meaning: the same tensor shown again in a later iteration).
+    """
+
+    tensor_name: str
+    iteration: int
+    node_name: str | None = None
+    role_within_node: str | None = None
+    is_canonical_reference: bool = True
+    previous_reference: TensorReference | None = None
+
+    def get_canonical_reference(self) -> TensorReference:
+        ref = self
+        while not ref.is_canonical_reference and ref.previous_reference is not None:
+            ref = ref.previous_reference
+        return ref

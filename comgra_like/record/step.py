@@ -319,10 +319,23 @@ class Step:
     # ----- connections --------------------------------------------------------------------
 
     def resolve(self, name, what: str) -> Registration:
-        """The registration a tensor name stands for (the latest iteration's)."""
+        """The registration a tensor name stands for (the latest iteration's), or the one
+        a comgra-style TensorReference (``tensor_name`` and ``iteration``) names."""
+        if _is_reference(name):
+            ref = name.get_canonical_reference() if hasattr(
+                name, "get_canonical_reference") else name
+            reg = self.by_name.get((ref.tensor_name, ref.iteration))
+            if reg is None:
+                raise RegistrationError(
+                    f"{what}: the reference to {ref.tensor_name!r} in iteration "
+                    f"{ref.iteration} names no tensor registered in this batch; register it "
+                    "before connecting it"
+                )
+            return reg
         if not isinstance(name, str):
             raise RegistrationError(
-                f"{what}: expected a tensor or a tensor name, got {type(name).__name__}")
+                f"{what}: expected a tensor, a tensor name or a TensorReference, got "
+                f"{type(name).__name__}")
         candidates = [r for (n, _), r in self.by_name.items() if n == name]
         if not candidates:
             raise RegistrationError(
@@ -368,13 +381,15 @@ class Step:
         when the iteration's graph is built.
         """
         source = self.source(src, what)
-        if isinstance(sink, str):
+        if isinstance(sink, str) or _is_reference(sink):
             target = self.resolve(sink, what)
             self._refuse_self(source, target, src, what)
             self.conn_reg.setdefault(target.rid, set()).add(source)
             return
         if not isinstance(sink, torch.Tensor):
-            raise RegistrationError(f"{what}: sink must be a tensor or a registered tensor's name")
+            raise RegistrationError(
+                f"{what}: sink must be a tensor, a registered tensor's name or a "
+                "TensorReference")
         target = self.by_tensor.get(id(sink))
         if target is not None and target.tensor is sink:
             self._refuse_self(source, target, src, what)
@@ -446,3 +461,9 @@ class Step:
         return [name for rid, name in self.made_grad.items()
                 if rid not in self.depended_on and rid not in self.conn_reg
                 and id(self.regs[rid].tensor) not in self.conn_leaf]
+
+
+def _is_reference(obj) -> bool:
+    """A TensorReference, ours or comgra's (the same two fields name a registration)."""
+    return (not isinstance(obj, (str, torch.Tensor)) and hasattr(obj, "tensor_name")
+            and isinstance(getattr(obj, "iteration", None), int))

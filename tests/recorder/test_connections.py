@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from comgra_like.errors import ComgraError, GraphError, RegistrationError
-from comgra_like.objects import DecisionMakerForRecordingsHardcoded
+from comgra_like.objects import DecisionMakerForRecordingsHardcoded, TensorReference
 from comgra_like.query import open_group
 from comgra_like.recorder import ComgraRecorder
 
@@ -133,7 +133,19 @@ def _changed_in_place_after_registering(rec, x, output):
     rec.register_tensor("after", hidden + 1)
 
 
+def _tensor_references(rec, x, output):
+    # comgra's TensorReference names a registered tensor by name and iteration; one that
+    # is not canonical stands for the tensor its previous_reference chain ends at.
+    hidden = (output * 2).detach()
+    rec.register_tensor("hidden", hidden)
+    canonical = TensorReference("output", rec.iteration, "output", "output")
+    shown_again = TensorReference("output_again", rec.iteration + 1, "output", "output",
+                                  is_canonical_reference=False, previous_reference=canonical)
+    rec.add_tensor_connection(shown_again, TensorReference("hidden", rec.iteration))
+
+
 ACCEPTED = {
+    "tensor_references": (_tensor_references, {("output", "hidden")}),
     "issue_example": (_issue_example, {("output", "d")}),
     "unregistered_source_sink_by_name": (_unregistered_source_sink_by_name, {("output", "d")}),
     "both_sides_unregistered": (_both_sides_unregistered, {("output", "e")}),
@@ -226,6 +238,13 @@ def test_unregistered_leaf_source_is_refused(tmp_path):
         torch.randn(B, 3, requires_grad=True), "d"))
     assert isinstance(error, RegistrationError)
     assert "leaf that is not registered" in str(error)
+
+
+def test_reference_to_no_registered_tensor_is_refused(tmp_path):
+    error = _refusal_at_call(tmp_path, lambda rec, x: rec.add_tensor_connection(
+        TensorReference("nowhere", 0), "d"))
+    assert isinstance(error, RegistrationError)
+    assert "'nowhere' in iteration 0" in str(error) and "register it" in str(error)
 
 
 def test_detach_of_a_tensor_without_gradient_is_refused(tmp_path):
