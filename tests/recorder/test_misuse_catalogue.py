@@ -399,7 +399,7 @@ CATALOGUE = [
         lambda c, x: c.rec.add_tensor_connection("x", 5)), RegistrationError, "sink must be"),
     Misuse("connect_source_not_tensor", _in_iteration(
         lambda c, x: c.rec.add_tensor_connection(5, x * 1)), RegistrationError,
-           "expected a tensor or a tensor name, got int"),
+           "expected a tensor, a tensor name or a TensorReference, got int"),
     Misuse("detach_non_tensor", _in_iteration(
         lambda c, x: c.rec.detach_while_keeping_connection([1, 2])), RegistrationError,
            "detach_while_keeping_connection.*list"),
