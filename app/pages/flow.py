@@ -201,6 +201,16 @@ def chain_names(flows: Sequence[Any]) -> list[str]:
     return [flows[0].source] + [f.target for f in flows] if flows else []
 
 
+def unit_of_point(point: Mapping[str, Any], shape: Sequence[int]) -> int | None:
+    """The unit a click on a heatmap cell of a node of ``shape`` names: by the cell's
+    column and row (x, y), or its customdata when those are missing."""
+    x, y = point.get("x"), point.get("y")
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        return ff.map_layout(shape).unit_at(round(y), round(x))
+    unit = point.get("customdata")
+    return int(unit) if isinstance(unit, (int, float)) and unit >= 0 else None
+
+
 def probe_text(probe: Any, k: int, total: int) -> str:
     head = f"edit {k} of {total}"
     if probe.status == PENDING:
@@ -252,27 +262,17 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ORIGIN, "value"),
         Input(STEP, "value"),
         Input(CHAIN, "value"),
-        Input(SAVED, "data"),
-        Input(PREVIOUS, "n_clicks"),
-        Input(FOLLOWING, "n_clicks"),
         State(LISTS_KEY, "data"),
     )
     def lists(_tick: Any, selection: dict | None, origin: str | None, step: int | None,
-              chain: str | None, saved: dict | None, _p: Any, _f: Any, shown: Any) -> tuple:
-        trigger = dash.callback_context.triggered_id
+              chain: str | None, shown: Any) -> tuple:
         trial = trial_of(selection)
         flows, probes = listed(trial) if trial else ([], [])
         entries = history(probes)
         values = [e["value"] for e in entries]
-        if trigger == SAVED and saved and saved.get("probe_id") in values:
-            origin = saved["probe_id"]
         if origin not in values:
             origin = RUN
         at = values.index(origin)
-        if trigger == PREVIOUS and at > 0:
-            at -= 1
-        elif trigger == FOLLOWING and at < len(values) - 1:
-            at += 1
         origin = values[at]
         mine = [f for f in flows if origin_of(f) == origin]
         steps = sorted({f.training_step for f in mine}, key=lambda s: (s is None, s or 0))
@@ -307,6 +307,28 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             return (no_update,) * 9
         step_options = [{"label": "—" if s is None else str(s), "value": s} for s in steps]
         return (entries, origin, step_options, step, chain_options, chain, before, text, key)
+
+    # The history's buttons and Save set the origin in callbacks of their own: a click
+    # sent while a tick's call of ``lists`` is on its way would be dropped with it.
+    @app.callback(
+        Output(ORIGIN, "value", allow_duplicate=True),
+        Input(PREVIOUS, "n_clicks"),
+        Input(FOLLOWING, "n_clicks"),
+        State(ORIGIN, "value"),
+        State(ORIGIN, "options"),
+        prevent_initial_call=True,
+    )
+    def step_history(_p: Any, _f: Any, origin: str | None, options: list | None) -> Any:
+        values = [o["value"] for o in options or []]
+        if origin not in values:
+            return no_update
+        at = values.index(origin)
+        triggered = set(dash.callback_context.triggered_prop_ids)
+        if f"{PREVIOUS}.n_clicks" in triggered and at > 0:
+            return values[at - 1]
+        if f"{FOLLOWING}.n_clicks" in triggered and at < len(values) - 1:
+            return values[at + 1]
+        return no_update
 
     @app.callback(
         Output(SANKEY, "figure"),
@@ -379,15 +401,17 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     )
     def pick_unit(click: Any, chain: str | None, selection: dict | None) -> Any:
         point = ((click or {}).get("points") or [{}])[0]
-        unit = point.get("customdata")
         trial = trial_of(selection)
-        if unit is None or chain is None or trial is None or int(unit) < 0:
+        if chain is None or trial is None:
             return no_update
-        names = [n.name for n in ff.chain_nodes(chain_data(trial, chain))]
+        nodes = ff.chain_nodes(chain_data(trial, chain))
         k = point.get("curveNumber")
-        if not isinstance(k, int) or k >= len(names):
+        if not isinstance(k, int) or k >= len(nodes):
+            return no_update  # an outline, not a heatmap
+        unit = unit_of_point(point, nodes[k].shape)
+        if unit is None:
             return no_update
-        return {"chain": chain, "node": names[k], "unit": int(unit)}
+        return {"chain": chain, "node": nodes[k].name, "unit": unit}
 
     @app.callback(
         Output(HEATMAPS, "figure"),
@@ -433,8 +457,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trigger = dash.callback_context.triggered_id
         trial = trial_of(selection)
         if trigger == EDITOR and state and state.get("chain") == chain:
-            unit = ((click or {}).get("points") or [{}])[0].get("customdata")
-            if unit is None or int(unit) < 0:
+            unit = unit_of_point(((click or {}).get("points") or [{}])[0], state["shape"])
+            if unit is None:
                 return no_update, no_update
             values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
             z = float(z) if z is not None else 1.0
@@ -471,6 +495,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(SAVED, "data"),
         Output(SAVE_STATUS, "children"),
+        Output(ORIGIN, "value", allow_duplicate=True),
         Input(SAVE, "n_clicks"),
         State(EDIT, "data"),
         State(NOTE, "value"),
@@ -481,16 +506,18 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
              selection: dict | None) -> tuple:
         trial = trial_of(selection)
         if not clicks or not state or trial is None:
-            return no_update, "Nothing to save: choose a chain with an input first."
+            return no_update, "Nothing to save: choose a chain with an input first.", no_update
         values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
         try:
             batch, sample = edited_batch(trial, state, values)
             probe_id = submit_input(data.path, trial, batch, training_step=state["step"],
                                     sample=sample, note=note or "")
         except ComgraError as e:
-            return no_update, f"Not saved: {e}"
+            return no_update, f"Not saved: {e}", no_update
+        # the request is on disk: the origin's options list it at once
         return ({"probe_id": probe_id, "clicks": clicks},
-                f"Saved as {probe_id}; its flows appear when the serving process has run it.")
+                f"Saved as {probe_id}; its flows appear when the serving process has run it.",
+                probe_id)
 
     def edited_batch(trial: str, state: dict, values: np.ndarray) -> tuple[np.ndarray, int]:
         """The array handed to the served function: an edit's whole batch with this

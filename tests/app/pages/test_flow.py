@@ -48,7 +48,7 @@ class Pages:
             key = (item["id"], item["property"])
             return {**item, "value": values.get(key)}
 
-        outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]}
+        outputs = [{"id": o.split(".")[0], "property": o.split(".")[1].split("@")[0]}
                    for o in output_key.strip(".").split("...")]
         body = {"output": output_key, "outputs": outputs if len(outputs) > 1 else outputs[0],
                 "inputs": [entry(i) for i in spec["inputs"]],
@@ -63,13 +63,14 @@ class Pages:
 
 
 def key_of(app: Any, first: str) -> str:
-    return next(k for k in app.callback_map if k.startswith(f"..{first}") or k == first)
+    return next(k for k in app.callback_map
+                if k.startswith((f"..{first}", f"{first}@")) or k == first)
 
 
 def lists(pages: Pages, **values: Any) -> dict:
     state = {(ids.SELECTION, "data"): selection(), (page.ORIGIN, "value"): values.get("origin"),
              (page.STEP, "value"): values.get("step"), (page.CHAIN, "value"): values.get("chain"),
-             (page.SAVED, "data"): values.get("saved")}
+             }
     return pages.call(key_of(pages.app, f"{page.ORIGIN}.options"), state,
                       values.get("changed", (ids.SELECTION, "data")))
 
@@ -123,7 +124,7 @@ def test_lists_sankey_and_heatmaps_of_the_recorded_flows(group_dir):
     names = [t["name"] for t in maps[(page.HEATMAPS, "figure")]["data"]]
     assert names == ["input", "conv1", "conv2"]
     unit = pages.call(page.UNIT + ".data", {
-        (page.HEATMAPS, "clickData"): {"points": [{"curveNumber": 1, "customdata": 4}]},
+        (page.HEATMAPS, "clickData"): {"points": [{"curveNumber": 1, "x": 1, "y": 1}]},
         (page.CHAIN, "value"): chain, (ids.SELECTION, "data"): selection()},
         (page.HEATMAPS, "clickData"))[(page.UNIT, "data")]
     assert unit == {"chain": chain, "node": "conv1", "unit": 4}
@@ -147,7 +148,8 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
 
     def edit(state: Any, click_unit: int | None, mode: str = "toggle", z: float = 3.0,
              changed=(page.EDITOR, "clickData")) -> dict:
-        click = None if click_unit is None else {"points": [{"customdata": click_unit}]}
+        click = None if click_unit is None else {
+            "points": [{"curveNumber": 0, "x": click_unit % 6, "y": click_unit // 6}]}
         return pages.call(edit_key, {
             (page.CHAIN, "value"): chain, (page.EDITOR, "clickData"): click,
             (page.EDIT, "data"): state, (page.Z_VALUE, "value"): z, (page.MODE, "value"): mode,
@@ -170,6 +172,7 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
         (page.NOTE, "value"): "three cells", (ids.SELECTION, "data"): selection()},
         (page.SAVE, "n_clicks"))
     probe_id = saved[(page.SAVED, "data")]["probe_id"]
+    assert saved[(page.ORIGIN, "value")] == probe_id  # the page shows the new edit
     group = open_group(group_dir)
     (probe,) = group.read_probes("conv")
     assert (probe.probe_id, probe.status, probe.note, probe.training_step) == (
@@ -177,8 +180,7 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
     np.testing.assert_array_equal(group.read_probe_input("conv", probe_id), values[None, None])
 
     # the page selects the new edit and says it waits for the serving process
-    shown = lists(pages, chain=chain, saved=saved[(page.SAVED, "data")],
-                  changed=(page.SAVED, "data"))
+    shown = lists(pages, origin=probe_id, chain=chain, changed=(page.ORIGIN, "value"))
     assert shown[(page.ORIGIN, "value")] == probe_id
     assert shown[(page.CHAIN, "value")] is None
     assert "pending" in shown[(page.HISTORY, "children")]
@@ -203,8 +205,15 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
     old_links = both[(page.BEFORE, "figure")]["data"][0]["link"]["value"]
     assert new_links != old_links
     # the history steps back to the recorded run
-    back = lists(pages, origin=probe_id, chain=new_chain, changed=(page.PREVIOUS, "n_clicks"))
+    options = ticked[(page.ORIGIN, "options")]
+    back = pages.call(key_of(pages.app, f"{page.ORIGIN}.value"), {
+        (page.PREVIOUS, "n_clicks"): 1, (page.ORIGIN, "value"): probe_id,
+        (page.ORIGIN, "options"): options}, (page.PREVIOUS, "n_clicks"))
     assert back[(page.ORIGIN, "value")] == page.RUN
+    assert pages.call(key_of(pages.app, f"{page.ORIGIN}.value"), {
+        (page.FOLLOWING, "n_clicks"): 1, (page.ORIGIN, "value"): page.RUN,
+        (page.ORIGIN, "options"): options}, (page.FOLLOWING, "n_clicks"))[
+        (page.ORIGIN, "value")] == probe_id
 
 
 def test_without_flows_the_page_says_how_to_get_them(tiny_group):
