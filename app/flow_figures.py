@@ -31,9 +31,9 @@ from comgra_like.query.flows import FlowData, blocks_for, flow_links, pool_sum
 from .plot_text import plot_text
 
 #: Default number of units a node is drawn with at most (more are grouped in blocks).
-DEFAULT_MAX_UNITS = 64
+DEFAULT_MAX_UNITS = 16
 #: At most this many links are drawn (the largest); the summary says how many were above.
-MAX_LINKS = 600
+MAX_LINKS = 300
 #: The threshold slider: the threshold is ``10 ** s`` times the largest link, s in range.
 SLIDER_MIN, SLIDER_MAX = -4.0, 0.0
 POSITIVE, NEGATIVE = "rgba(214, 39, 40, {a})", "rgba(31, 119, 180, {a})"

@@ -114,10 +114,11 @@ def layout() -> html.Div:
                 [
                     html.Div(dcc.Graph(id=SANKEY, figure=empty_figure("Loading…", 420),
                                        config={"displaylogo": False}),
-                             style={"flex": "1 1 560px"}),
+                             style={"flex": "1 1 45%", "minWidth": "420px"}),
                     html.Div(dcc.Graph(id=BEFORE, figure=empty_figure("", 420),
                                        config={"displaylogo": False}),
-                             id=BEFORE_BOX, style={"flex": "1 1 560px", "display": "none"}),
+                             id=BEFORE_BOX, style={"flex": "1 1 45%", "minWidth": "420px",
+                                                   "display": "none"}),
                 ],
                 className="d-flex flex-wrap",
             ),
@@ -364,7 +365,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
 
     def sankey_view(trial: str | None, chain: str | None, before: str | None,
                     slider: float | None, max_units: int | None, history_text: Any) -> tuple:
-        hidden = {"flex": "1 1 560px", "display": "none"}
+        hidden = {"flex": "1 1 45%", "minWidth": "420px", "display": "none"}
         if trial is None or chain is None:
             message = history_text if isinstance(history_text, str) and history_text else (
                 "No trial selected." if trial is None else "No flows to show.")
@@ -386,7 +387,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             if earlier:
                 old = ff.sankey_model(grouped(trial, earlier, max_units), shapes, threshold)
                 before_figure = ff.sankey_figure(old, title="before this edit")
-                style = {"flex": "1 1 560px"}
+                style = {"flex": "1 1 45%", "minWidth": "420px"}
                 lines.append(f"before this edit: {len(old.link_value)} links drawn at the "
                              "same threshold")
         summary = [html.Div(line, className="flow-summary-line") for line in lines]

@@ -151,7 +151,7 @@ def test_sankey_heatmaps_threshold_and_highlight(dash_duo, recorded):
                               timeout=15)
     assert trace_names(dash_duo, page.HEATMAPS)[:3] == ["input", "conv1", "conv2"]
     summary = dash_duo.find_element(f"#{page.SUMMARY}").text
-    assert "input (1, 6, 6): 36 units, each drawn" in summary and "threshold |F| ≥" in summary
+    assert "36 units in 9 groups of 1×2×2" in summary and "threshold |F| ≥" in summary
     before = links(dash_duo)
 
     # the slider to its end: only the largest link stays
@@ -163,9 +163,9 @@ def test_sankey_heatmaps_threshold_and_highlight(dash_duo, recorded):
     wait_until(lambda: (links(dash_duo) or 0) > high, what="more links at a low threshold")
     assert drawn_in_summary(dash_duo) == links(dash_duo)
 
-    # fewer units per node: blocks
-    dash_duo.select_dcc_dropdown(f"#{page.MAX_UNITS}", "16")
-    dash_duo.wait_for_contains_text(f"#{page.SUMMARY}", "36 units in 9 groups of 1×2×2",
+    # more units per node: each drawn
+    dash_duo.select_dcc_dropdown(f"#{page.MAX_UNITS}", "64")
+    dash_duo.wait_for_contains_text(f"#{page.SUMMARY}", "input (1, 6, 6): 36 units, each drawn",
                                     timeout=10)
 
     # a click on conv1's centre unit outlines the 3x3 patch of the input it reaches
