@@ -47,7 +47,7 @@ def test_sankey_links_are_the_flow_links_above_the_threshold(group_dir, max_unit
     largest = ff.largest_link(grouped)
     for slider in (-4.0, -1.0, -0.3):
         threshold = ff.threshold_for(slider, largest)
-        model = ff.sankey_model(grouped, shapes, threshold)
+        model = ff.sankey_model(grouped, shapes, threshold, max_links=100_000)
         expected = set()
         for f in flows:
             info = f.info
@@ -63,6 +63,11 @@ def test_sankey_links_are_the_flow_links_above_the_threshold(group_dir, max_unit
         assert figure.layout.meta["links"] == len(expected)
         if expected:
             assert list(figure.data[0].link.value) == [abs(v) for v in model.link_value]
+    # at most max_links are drawn, the largest; the summary counts those above the threshold
+    capped = ff.sankey_model(grouped, shapes, 0.0, max_links=5)
+    every = ff.sankey_model(grouped, shapes, 0.0, max_links=100_000)
+    assert sorted(map(abs, capped.link_value)) == sorted(map(abs, every.link_value))[-5:]
+    assert [e["above"] for e in capped.per_flow] == [e["above"] for e in every.per_flow]
     # a higher threshold draws fewer links
     low = ff.sankey_model(grouped, shapes, ff.threshold_for(-4, largest))
     high = ff.sankey_model(grouped, shapes, ff.threshold_for(-0.3, largest))
