@@ -33,6 +33,7 @@ import io
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,9 +67,21 @@ PENDING, DONE, FAILED = "pending", "done", "failed"
 _ID_RE = re.compile(r"^[A-Za-z0-9._-]+\Z")
 
 
+_last_ms = 0
+_id_lock = threading.Lock()
+
+
 def new_id(prefix: str) -> str:
-    """A unique name that sorts by creation time (milliseconds, then random)."""
-    return f"{prefix}{time.time_ns() // 1_000_000:013d}-{secrets.token_hex(4)}"
+    """A unique name that sorts by creation time (milliseconds, then random).
+
+    Within one process the millisecond part strictly increases, so ids made in the same
+    millisecond (three edits saved at once) still sort in the order they were made: the
+    probe loop serves them, and the history lists them, in that order."""
+    global _last_ms
+    with _id_lock:
+        ms = max(time.time_ns() // 1_000_000, _last_ms + 1)
+        _last_ms = ms
+    return f"{prefix}{ms:013d}-{secrets.token_hex(4)}"
 
 
 def check_id(value: str, what: str) -> str:

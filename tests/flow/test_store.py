@@ -145,3 +145,10 @@ def test_sankey_links_above_a_threshold():
     assert (links["target"].tolist(), links["source"].tolist()) == ([40], [2])
     with pytest.raises(ConfigurationError, match="does not end with the source shape"):
         flow_links(partial, (3,))
+
+
+def test_ids_made_in_one_millisecond_sort_in_the_order_they_were_made():
+    from comgra_like.format.flows import new_id
+
+    ids = [new_id("p") for _ in range(200)]
+    assert sorted(ids) == ids and len(set(ids)) == len(ids)
