@@ -74,6 +74,11 @@ def editor_values(dash_duo) -> list | None:
 
 def click_cell(dash_duo, graph: str, curve: int, unit: int) -> None:
     """A real mouse click on the heatmap cell of trace ``curve`` showing ``unit``."""
+    # The page grows when the Sankey before an edit appears: bring the heatmap into view
+    # first, or the pointer cannot reach the cell.
+    dash_duo.driver.execute_script(
+        "document.querySelector('#' + arguments[0] + ' .js-plotly-plot')"
+        ".scrollIntoView({block: 'center'});", graph)
     where = dash_duo.driver.execute_script(
         """
         const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
