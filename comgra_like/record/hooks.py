@@ -161,6 +161,9 @@ class Watcher:
         self.backward_count = 0
         self._callback_queued = False
         self._sent_graphs: set[str] = set()
+        # A module's extra_repr rows, parsed once: they describe its configuration, which
+        # does not change between steps (parsing them on every call cost every recorded step)
+        self._extra_repr: dict[str, dict[str, str]] = {}
         self.steps_recorded = 0
         # report material
         self.called: set[str] = set()
@@ -355,7 +358,10 @@ class Watcher:
         self.calls[name] = count + 1
         inv_id = name if count == 0 else f"{name}#{count}"
         parent = self.stack[-1].id if self.stack else None
-        inv = Invocation(inv_id, name, parent, cls, parse_extra_repr(module.extra_repr()))
+        extra = self._extra_repr.get(name)
+        if extra is None:
+            extra = self._extra_repr[name] = parse_extra_repr(module.extra_repr())
+        inv = Invocation(inv_id, name, parent, cls, extra)
         retain = name not in self.ignored
         kind = INPUT if not self.stack else CALCULATED
         for role, t in inputs_of(args, kwargs):
