@@ -16,6 +16,7 @@ import pytest
 from comgra_like.app import create_app, ids, views
 from comgra_like.app.graph_figure import NON_FINITE_COLOR, node_style
 from comgra_like.app.pages import findings, tensors
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.action_chains import ActionChains
 
 from tests.browser.test_gui import GRAPH, css, header_item, text_of, wait_for_header
@@ -41,6 +42,20 @@ def wait_until(condition, timeout: float = 15, what: str = "condition"):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def click_row(dash_duo, selector: str) -> None:
+    """Click a findings row; the list is drawn again at every refresh (0.5 s here), so an
+    element found just before can be replaced before the click reaches it: find it again."""
+
+    def attempt():
+        try:
+            dash_duo.find_element(selector).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+
+    wait_until(attempt, what=f"a click on {selector}")
 
 
 def start(dash_duo, path: Path):
@@ -80,7 +95,7 @@ def test_findings_page_lists_the_faults_and_a_click_opens_the_place(dash_duo, fa
     wait_until(lambda: row_cells(dash_duo, "dead_units"), what="dead units listed again")
 
     # a click opens the Tensors page at the finding's place
-    dash_duo.find_element(".finding-row[data-kind='first_non_finite']").click()
+    click_row(dash_duo, ".finding-row[data-kind='first_non_finite']")
     dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
     wait_for_header(dash_duo, "trial", "log_of_zero")
     wait_for_header(dash_duo, "step", "7")
