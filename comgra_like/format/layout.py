@@ -12,6 +12,7 @@ A *group* folder holds one folder per *trial*::
         kpis/part-<seq>.parquet       KPI points
         histograms/part-<seq>.parquet watch(): one histogram per module tensor and step
         module_steps/part-<seq>.parquet  watch(): the module graph hash per step
+        metrics/part-<seq>.parquet    per-module metrics (Taiyi, monitorch) on their schedule
         module_graphs/<sha256>.json   watch(): module graph structures, content-addressed
         watch.json                    watch(): which modules were hooked, skipped and why
 
@@ -37,8 +38,9 @@ NOTES_DIR = "notes"
 LEGACY_NOTES_JSONL = "notes.jsonl"  # notes of recordings made before notes were shards
 
 #: The parquet tables of a trial, each a folder of shards.
-TABLES: tuple[str, ...] = ("steps", "tensors", "kpis", "histograms", "module_steps")
-STEPS, TENSORS, KPIS, HISTOGRAMS, MODULE_STEPS = TABLES  # their names (and folders)
+TABLES: tuple[str, ...] = ("steps", "tensors", "kpis", "histograms", "module_steps",
+                           "metrics")
+STEPS, TENSORS, KPIS, HISTOGRAMS, MODULE_STEPS, METRICS = TABLES  # their names (folders)
 
 PART_RE = re.compile(r"^part-(\d{8})\.parquet\Z")
 COMPACT_RE = re.compile(r"^compact-(\d{8})-(\d{8})\.parquet\Z")

@@ -12,7 +12,7 @@ import re
 import pyarrow as pa
 
 from ..vocabulary import STATISTICS
-from .layout import HISTOGRAMS, KPIS, MODULE_STEPS, NOTES_DIR, STEPS, TENSORS
+from .layout import HISTOGRAMS, KPIS, METRICS, MODULE_STEPS, NOTES_DIR, STEPS, TENSORS
 from .notes import NOTES_SCHEMA
 
 SCHEMA_VERSION = 1
@@ -112,9 +112,32 @@ MODULE_STEPS_SCHEMA = pa.schema(
     ]
 )
 
+# Per-module metrics (Taiyi's quantities, monitorch's lenses, user metrics): one row per
+# (step, module, metric, backward pass). They run on their own schedule, so a step here
+# need not be a recorded step. ``module`` is the module's qualified name in the watched
+# model ("" for the model itself); ``backward_pass`` counts the backward passes of the
+# step for quantities of one pass (output gradients), and is 0 for the others. ``value``
+# is the number; a vector metric (a spectrum) stores its vector in ``vector`` and a
+# scalar summary of it (its first element) in ``value``; ``vector`` is null otherwise.
+METRICS_SCHEMA = pa.schema(
+    [
+        ("trial_id", _dict_str),
+        ("training_step", pa.int64()),
+        ("type_of_execution", _dict_str),
+        ("module", _dict_str),
+        ("module_class", _dict_str),
+        ("metric", _dict_str),
+        ("backward_pass", pa.int32()),
+        ("value", pa.float64()),
+        ("vector", pa.list_(pa.float64())),
+        ("time", pa.float64()),
+    ]
+)
+
 #: The schema of each table in ``layout.TABLES``.
 SCHEMAS = {STEPS: STEPS_SCHEMA, TENSORS: TENSORS_SCHEMA, KPIS: KPIS_SCHEMA,
-           HISTOGRAMS: HISTOGRAMS_SCHEMA, MODULE_STEPS: MODULE_STEPS_SCHEMA}
+           HISTOGRAMS: HISTOGRAMS_SCHEMA, MODULE_STEPS: MODULE_STEPS_SCHEMA,
+           METRICS: METRICS_SCHEMA}
 #: Every table written as shards (compacted alike): ``layout.TABLES`` and the notes,
 #: whose rows stay in the order the notes were taken.
 SHARD_SCHEMAS = {**SCHEMAS, NOTES_DIR: NOTES_SCHEMA}
@@ -141,6 +164,12 @@ SORT_KEYS = {
         ("recording_type", "ascending"),
     ],
     MODULE_STEPS: [("training_step", "ascending"), ("iteration", "ascending")],
+    METRICS: [
+        ("training_step", "ascending"),
+        ("module", "ascending"),
+        ("metric", "ascending"),
+        ("backward_pass", "ascending"),
+    ],
 }
 
 MAX_ROWS_PER_ROW_GROUP = 128 * 1024
