@@ -18,8 +18,16 @@ A *group* folder holds one folder per *trial*::
 
 Shards are written under a name starting with ``.`` (readers skip such names) and
 renamed into place, never modified afterwards. ``<seq>`` has 8 digits and grows strictly
-per folder. Compaction replaces ``part-<a>`` ... ``part-<b>`` by one
-``compact-<a>-<b>.parquet``. docs/FORMAT.md is the contract in prose.
+per folder and rank. Compaction replaces ``part-<a>`` ... ``part-<b>`` by one
+``compact-<a>-<b>.parquet``.
+
+Under ``torch.distributed`` every recording rank has its own writer and its own names:
+rank 0 writes the names above (a single-process recording is rank 0), rank ``r > 0``
+writes ``part-r<rank>-<seq>.parquet`` and ``compact-r<rank>-<a>-<b>.parquet`` (the rank
+with at least 4 digits). No two ranks ever write one shard name, so they need no lock
+between them. :func:`shard_range` places every rank's sequence numbers in a range of
+their own (``rank * SEQ_SPAN + seq``): code that orders and covers ranges works for all
+ranks of a folder at once. docs/FORMAT.md is the contract in prose.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..errors import ConfigurationError
 
 TRIALS_DIR = "trials"
 TRIAL_JSON = "trial.json"
@@ -42,17 +52,30 @@ TABLES: tuple[str, ...] = ("steps", "tensors", "kpis", "histograms", "module_ste
                            "metrics")
 STEPS, TENSORS, KPIS, HISTOGRAMS, MODULE_STEPS, METRICS = TABLES  # their names (folders)
 
-PART_RE = re.compile(r"^part-(\d{8})\.parquet\Z")
-COMPACT_RE = re.compile(r"^compact-(\d{8})-(\d{8})\.parquet\Z")
+PART_RE = re.compile(r"^part-(?:r(\d{4,9})-)?(\d{8})\.parquet\Z")
+COMPACT_RE = re.compile(r"^compact-(?:r(\d{4,9})-)?(\d{8})-(\d{8})\.parquet\Z")
 GRAPH_RE = re.compile(r"^([0-9a-f]{64})\.json\Z")
+#: Sequence numbers have 8 digits: rank r's shards hold ``shard_range`` values
+#: ``r * SEQ_SPAN + seq``, so the ranges of two ranks never overlap.
+SEQ_SPAN = 10**8
+MAX_RANK = 10**9 - 1
 
 
-def part_name(seq: int) -> str:
-    return f"part-{seq:08d}.parquet"
+def _rank_part(rank: int) -> str:
+    if not 0 <= rank <= MAX_RANK:
+        raise ConfigurationError(f"rank {rank} is outside 0..{MAX_RANK}")
+    return "" if rank == 0 else f"r{rank:04d}-"
 
 
-def compact_name(first: int, last: int) -> str:
-    return f"compact-{first:08d}-{last:08d}.parquet"
+def part_name(seq: int, rank: int = 0) -> str:
+    """``part-<seq>.parquet`` (rank 0) or ``part-r<rank>-<seq>.parquet``."""
+    return f"part-{_rank_part(rank)}{seq:08d}.parquet"
+
+
+def compact_name(first: int, last: int, rank: int = 0) -> str:
+    """``compact-<first>-<last>.parquet`` (rank 0) or ``compact-r<rank>-<first>-<last>...``;
+    ``first`` and ``last`` are the rank's own sequence numbers."""
+    return f"compact-{_rank_part(rank)}{first:08d}-{last:08d}.parquet"
 
 
 def graph_name(digest: str) -> str:
@@ -64,16 +87,34 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def shard_range(name: str) -> tuple[int, int] | None:
-    """The sequence numbers a shard file holds, or None for a name that is no shard."""
+def shard_seqs(name: str) -> tuple[int, int, int] | None:
+    """(rank, first, last) of a shard file, its own sequence numbers; None for a name
+    that is no shard. Names without a rank are rank 0's."""
     m = PART_RE.match(name)
     if m:
-        n = int(m.group(1))
-        return n, n
+        n = int(m.group(2))
+        return int(m.group(1) or 0), n, n
     m = COMPACT_RE.match(name)
     if m:
-        return int(m.group(1)), int(m.group(2))
+        return int(m.group(1) or 0), int(m.group(2)), int(m.group(3))
     return None
+
+
+def shard_rank(name: str) -> int | None:
+    """The rank that wrote a shard file (0 for names without one), None for no shard."""
+    seqs = shard_seqs(name)
+    return None if seqs is None else seqs[0]
+
+
+def shard_range(name: str) -> tuple[int, int] | None:
+    """The sequence numbers a shard file holds, placed in its rank's own range
+    (``rank * SEQ_SPAN + seq``; rank 0's are the plain numbers), or None for a name that
+    is no shard."""
+    seqs = shard_seqs(name)
+    if seqs is None:
+        return None
+    base = seqs[0] * SEQ_SPAN
+    return base + seqs[1], base + seqs[2]
 
 
 def trials_dir(group: Path) -> Path:
@@ -148,11 +189,14 @@ def live_shards(names) -> list[str]:
     return sorted(keep, key=lambda n: ranges[n])
 
 
-def lock_name(trial_id: str) -> str:
-    """The lock file of a trial being recorded: next to its folder, hidden from readers."""
-    return f".{trial_id}.lock"
+def lock_name(trial_id: str, rank: int = 0) -> str:
+    """The lock file of a trial's rank being recorded: next to the trial's folder, hidden
+    from readers. ``.<trial_id>.lock`` for rank 0, ``.<trial_id>.lock.r<rank>`` for the
+    others (a trial id never ends in ``.lock.r<digits>`` and ``.lock`` at once, so two
+    trials' locks never share a name)."""
+    return f".{trial_id}.lock" if rank == 0 else f".{trial_id}.lock.r{rank:04d}"
 
 
-def trial_lock(group: Path, trial_id: str) -> Path:
-    """``<group>/trials/.<trial_id>.lock`` (see docs/FORMAT.md, "One recorder per trial")."""
-    return trials_dir(group) / lock_name(trial_id)
+def trial_lock(group: Path, trial_id: str, rank: int = 0) -> Path:
+    """``<group>/trials/.<trial_id>.lock[.r<rank>]`` (docs/FORMAT.md, "Recording ranks")."""
+    return trials_dir(group) / lock_name(trial_id, rank)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..vocabulary import STATISTICS
 from .layout import HISTOGRAMS, KPIS, METRICS, MODULE_STEPS, NOTES_DIR, STEPS, TENSORS
@@ -134,13 +136,37 @@ METRICS_SCHEMA = pa.schema(
     ]
 )
 
-#: The schema of each table in ``layout.TABLES``.
+#: The schema of each table in ``layout.TABLES``: the rows the writer builds (and what
+#: readers that need no rank read; a file's extra ``rank`` column is then left out).
 SCHEMAS = {STEPS: STEPS_SCHEMA, TENSORS: TENSORS_SCHEMA, KPIS: KPIS_SCHEMA,
            HISTOGRAMS: HISTOGRAMS_SCHEMA, MODULE_STEPS: MODULE_STEPS_SCHEMA,
            METRICS: METRICS_SCHEMA}
 #: Every table written as shards (compacted alike): ``layout.TABLES`` and the notes,
 #: whose rows stay in the order the notes were taken.
 SHARD_SCHEMAS = {**SCHEMAS, NOTES_DIR: NOTES_SCHEMA}
+
+#: The rank that recorded a row (0 in a single-process recording), the second column of
+#: every shard file. Added by the shard writer, so the builders of rows need not know it;
+#: files written before it existed have no such column and are rank 0's (their names
+#: carry no rank either, see ``layout.shard_rank``).
+RANK = "rank"
+RANK_FIELD = pa.field(RANK, pa.int32())
+#: The schema of each table's files: ``SHARD_SCHEMAS`` with ``rank`` after ``trial_id``.
+FILE_SCHEMAS = {kind: schema.insert(1, RANK_FIELD) for kind, schema in SHARD_SCHEMAS.items()}
+
+
+def with_rank(table: pa.Table, rank: int) -> pa.Table:
+    """``table`` with the ``rank`` column of its files: added as the second column when
+    missing (rows of a builder, or a file written before ranks), nulls filled with
+    ``rank``."""
+    index = table.schema.get_field_index(RANK)
+    column = pa.array(np.full(table.num_rows, rank, np.int32))
+    if index < 0:
+        return table.add_column(1, RANK_FIELD, column)
+    if table.column(index).null_count:
+        return table.set_column(index, RANK_FIELD,
+                                pc.fill_null(table.column(index).cast(pa.int32()), rank))
+    return table
 
 # Sort keys inside one shard (and inside a compacted file).
 SORT_KEYS = {

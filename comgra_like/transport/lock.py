@@ -1,4 +1,7 @@
-"""One recorder per trial: an advisory lock on ``trials/.<trial_id>.lock``.
+"""One recorder per trial and rank: an advisory lock on ``trials/.<trial_id>.lock`` (rank 0,
+and every single-process recording), ``trials/.<trial_id>.lock.r<rank>`` for the other
+ranks of a distributed job. The ranks of one trial never wait for each other: each writes
+names of its own (docs/FORMAT.md, "Recording ranks").
 
 A recorder takes the lock before it replaces an earlier recording of its trial, and its
 writer process inherits it (the same open file), so the trial stays locked until both
@@ -41,12 +44,13 @@ class TrialLock:
         self._closer = weakref.finalize(self, os.close, fd) if fd is not None else None
 
     @classmethod
-    def take(cls, group: Path, trial_id: str) -> TrialLock:
-        """Lock the trial, or raise a StorageError that names it and what to do.
+    def take(cls, group: Path, trial_id: str, rank: int = 0) -> TrialLock:
+        """Lock the trial's rank, or raise a StorageError that names it and what to do.
 
         The group's ``trials`` folder must exist.
         """
-        path = trial_lock(group, trial_id)
+        path = trial_lock(group, trial_id, rank)
+        what = f"trial {trial_id!r}" + (f" rank {rank}" if rank else "")
         if fcntl is None:  # pragma: no cover - Windows
             return cls(None, path)
         try:
@@ -61,18 +65,20 @@ class TrialLock:
         except OSError as e:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 # e.g. a network file system without locks: record, but say so
-                log.warning("comgra_like: cannot lock %s (%s); a second recorder of trial %r "
-                            "would not be refused", path, e, trial_id)
+                log.warning("comgra_like: cannot lock %s (%s); a second recorder of %s "
+                            "would not be refused", path, e, what)
                 return cls(fd, path)
             holder = _holder(fd)
             os.close(fd)
             raise StorageError(
-                f"trial {trial_id!r} in {group} is being recorded by another recorder "
+                f"{what} in {group} is being recorded by another recorder "
                 f"({holder}, or its writer process, which finishes writing after it); two "
-                "recorders of one trial would destroy each other's data. Give this recorder "
-                "another trial_id (e.g. one per process: add the rank to it); recording one "
-                "trial from several processes is not supported yet. If that recording is "
-                "over, call its finalize() or wait until its writer process has ended"
+                "recorders of one trial and rank would destroy each other's data. Give this "
+                "recorder another trial_id; processes of one torch.distributed job record "
+                "one trial together when each has its own rank (torch.distributed "
+                "initialized, or the RANK and WORLD_SIZE environment variables set). If that "
+                "recording is over, call its finalize() or wait until its writer process "
+                "has ended"
             ) from None
         try:
             os.ftruncate(fd, 0)

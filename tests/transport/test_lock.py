@@ -86,7 +86,7 @@ def test_a_second_process_recording_the_same_trial_is_refused_and_destroys_nothi
         assert refused.returncode == 3, refused.stderr
         message = refused.stdout
         assert "trial 't'" in message and f"process {first.pid}" in message
-        assert "another trial_id" in message and "not supported yet" in message
+        assert "another trial_id" in message and "its own rank" in message
         assert steps_of(tmp_path) == [0, 1, 2, 3, 4]  # the first recording is intact
         first.stdin.write("go on\n")
         first.stdin.flush()
