@@ -26,6 +26,7 @@ from ..vocabulary import ALL_STATISTICS
 from .cache import ByteLRU, estimate_bytes
 from .graphs import parse_graph
 from .index import GroupIndex, TensorFile, TrialIndex, graph_key, to_pandas
+from .metrics import MetricsIndex, list_metrics, read_metrics
 from .tensors import (
     KEY_COLUMNS,
     ROW_KEY,
@@ -86,6 +87,7 @@ class Group:
         self._namespace = f"comgra_like.query#{next(_NAMESPACES)}"
         self._watch = WatchIndex(self.path)  # what comgra_like.watch() recorded
         self._watch_version = 0
+        self._metrics = MetricsIndex(self.path)  # the per-module metrics (issue 16)
 
     def __repr__(self) -> str:
         return (f"Group({str(self.path)!r}, {len(self._index.trials())} trials, "
@@ -118,6 +120,8 @@ class Group:
         nothing did."""
         update = self._index.update()
         if self._watch.update():
+            self._watch_version += 1
+        if self._metrics.update():
             self._watch_version += 1
         for trial_id in update.forgotten_trials:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)
@@ -235,6 +239,29 @@ class Group:
         with ``hooked``, ``skipped``: [{module, reason}], ...); None without a watch."""
         self._trial(trial_id)
         return self._watch.report(trial_id)
+
+    # ----- per-module metrics (watch(metrics=...), Monitor) --------------------------------
+
+    def read_metrics(self, trial_id: str, module: Any = None, metric: Any = None,
+                     steps: Any = None) -> pd.DataFrame:
+        """The per-module metrics of a trial, one row per (training_step, module, metric,
+        backward_pass), sorted by (metric, module, training_step, backward_pass).
+
+        Columns: training_step, type_of_execution, module (its qualified name, e.g.
+        ``model.fc1``), module_class (``Linear``), metric (``InputCovMaxEig``, a user
+        metric's name, ``loss``), backward_pass (0 unless the metric has a value per
+        backward pass of the step), value, vector (a numpy float64 array for spectra,
+        else None), time (wall time). ``module``, ``metric`` and ``steps`` filter (a
+        value or a list). An empty frame for a trial without metrics.
+        """
+        self._trial(trial_id)
+        return read_metrics(self._metrics, trial_id, module=module, metric=metric,
+                            steps=steps)
+
+    def list_metrics(self, trial_id: str) -> pd.DataFrame:
+        """(module, module_class, metric, n_points) of every metric a trial has."""
+        self._trial(trial_id)
+        return list_metrics(self._metrics, trial_id)
 
     # ----- values ------------------------------------------------------------------------
 

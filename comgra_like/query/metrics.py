@@ -1,0 +1,149 @@
+"""Reads of the per-module metrics (issue 16): the ``metrics`` table of each trial
+(docs/FORMAT.md, "metrics"), one row per (training step, module, metric, backward pass).
+
+The shard names are listed when the group refreshes (:meth:`MetricsIndex.update`), so
+reads between two refreshes answer from the same snapshot, like the other reads of the
+query API; the rows of a trial are read once per set of shard names.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import ConfigurationError, StorageError
+from ..format.layout import METRICS, TrialLayout, is_hidden, live_shards, trials_dir
+from ..format.schema import SCHEMAS
+
+#: The columns of ``Group.read_metrics``, in this order.
+METRIC_COLUMNS = ["training_step", "type_of_execution", "module", "module_class", "metric",
+                  "backward_pass", "value", "vector", "time"]
+#: The columns of ``Group.list_metrics``.
+LIST_COLUMNS = ["module", "module_class", "metric", "n_points"]
+_SORT = ["metric", "module", "training_step", "backward_pass"]
+
+
+class MetricsIndex:
+    """The metrics shard names per trial, as of the last :meth:`update`, and the rows
+    read for them."""
+
+    def __init__(self, group: Path):
+        self.group = Path(group)
+        self._shards: dict[str, tuple[str, ...]] = {}
+        self._tables: dict[str, tuple[tuple[str, ...], pa.Table]] = {}
+
+    def update(self) -> bool:
+        """List every trial's metrics shards; True if anything changed."""
+        changed = False
+        try:
+            names = [n for n in os.listdir(trials_dir(self.group)) if not is_hidden(n)]
+        except OSError:
+            names = []
+        for trial_id in names:
+            folder = TrialLayout.of(self.group, trial_id).table(METRICS)
+            try:
+                live = tuple(live_shards(os.listdir(folder)))
+            except OSError:
+                live = ()
+            if self._shards.get(trial_id, ()) != live:
+                self._shards[trial_id] = live
+                changed = True
+        for gone in set(self._shards) - set(names):
+            del self._shards[gone]
+            self._tables.pop(gone, None)
+        return changed
+
+    def table(self, trial_id: str) -> pa.Table:
+        """Every metrics row of a trial (an empty table when it has none)."""
+        names = self._shards.get(trial_id, ())
+        cached = self._tables.get(trial_id)
+        if cached is not None and cached[0] == names:
+            return cached[1]
+        folder = TrialLayout.of(self.group, trial_id).table(METRICS)
+        parts = []
+        for name in names:
+            try:
+                parts.append(pq.read_table(folder / name, schema=SCHEMAS[METRICS]))
+            except FileNotFoundError:
+                # compacted since the refresh: the compacted file holds the same rows
+                self._shards[trial_id] = tuple(live_shards(os.listdir(folder)))
+                return self.table(trial_id)
+            except (OSError, pa.ArrowException) as e:
+                raise StorageError(f"cannot read {folder / name}: {e}") from None
+        result = (pa.concat_tables(parts).unify_dictionaries() if parts
+                  else SCHEMAS[METRICS].empty_table())
+        if trial_id in self._shards:
+            self._tables[trial_id] = (names, result)
+        return result
+
+
+def _as_list(value: Any, what: str) -> list | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, int, np.integer)):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        raise ConfigurationError(f"{what} must be a value or a list of values, got "
+                           f"{type(value).__name__}") from None
+
+
+def _filter(table: pa.Table, column: str, wanted: list) -> pa.Table:
+    col = table.column(column)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string())
+        values = pa.array([str(v) for v in wanted], pa.string())
+    else:
+        values = pa.array([int(v) for v in wanted], col.type)
+    return table.filter(pc.is_in(col, value_set=values))
+
+
+def _plain(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string())
+    return col.to_numpy()
+
+
+def read_metrics(index: MetricsIndex, trial_id: str, *, module: Any = None,
+                 metric: Any = None, steps: Any = None) -> pd.DataFrame:
+    """The metric rows of a trial (see ``Group.read_metrics``)."""
+    table = index.table(trial_id)
+    for column, wanted, what in (("module", module, "module"), ("metric", metric, "metric"),
+                                 ("training_step", steps, "steps")):
+        values = _as_list(wanted, what)
+        if values is not None:
+            table = _filter(table, column, values)
+    columns: dict[str, Any] = {}
+    for name in METRIC_COLUMNS:
+        if name == "vector":
+            columns[name] = [None if v is None else np.asarray(v, dtype=np.float64)
+                             for v in table.column(name).to_pylist()]
+        else:
+            columns[name] = _plain(table, name)
+    frame = pd.DataFrame(columns, columns=METRIC_COLUMNS)
+    return frame.sort_values(_SORT, kind="stable").reset_index(drop=True)
+
+
+def list_metrics(index: MetricsIndex, trial_id: str) -> pd.DataFrame:
+    """(module, module_class, metric, n_points) of every metric of a trial; ``n_points``
+    counts its rows (a step with several backward passes counts each)."""
+    table = index.table(trial_id)
+    if not table.num_rows:
+        return pd.DataFrame({"module": pd.Series([], dtype=object),
+                             "module_class": pd.Series([], dtype=object),
+                             "metric": pd.Series([], dtype=object),
+                             "n_points": pd.Series([], dtype=np.int64)})
+    frame = pd.DataFrame({name: _plain(table, name) for name in LIST_COLUMNS[:3]})
+    counts = (frame.groupby(LIST_COLUMNS[:3], sort=True).size()
+              .rename("n_points").reset_index())
+    counts["n_points"] = counts["n_points"].astype(np.int64)
+    return counts.sort_values(["metric", "module"], kind="stable").reset_index(drop=True)
