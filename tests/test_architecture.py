@@ -32,6 +32,7 @@ LAYERS = [
     ("comgra_like.probe", "probe"),
     ("comgra_like.recorder", "record"),
     ("comgra_like.watching", "record"),  # watch(): the public face of record/hooks.py
+    ("comgra_like.metrics", "metrics"),
     ("comgra_like.vocabulary", "shared"),
     ("comgra_like.errors", "shared"),
     ("comgra_like.objects", "shared"),
@@ -46,13 +47,15 @@ ALLOWED = {
     "format": {"shared"},
     # the messages between the processes: both sides encode and decode with one module
     "protocol": {"shared"},
-    "writer": {"shared", "format", "protocol"},
+    # the quantities' math, computed in the writer process (and read by the training side)
+    "metrics": {"shared"},
+    "writer": {"shared", "format", "protocol", "metrics"},
     # the thread transport runs the writer's worker inside the training process
     "transport": {"shared", "format", "protocol", "writer"},
-    "record": {"shared", "format", "protocol", "transport"},
-    "query": {"shared", "format"},
+    "record": {"shared", "format", "protocol", "transport", "metrics"},
+    "query": {"shared", "format", "metrics"},
     "analysis": {"shared", "format", "query"},
-    "app": {"shared", "format", "query", "analysis"},
+    "app": {"shared", "format", "query", "analysis", "metrics"},
     # the probe loop: serves edited inputs (record computes flows, format stores them)
     "probe": {"shared", "format", "record", "query"},
     # the tutorial trains (record) and its plugin reads (query)
@@ -66,6 +69,7 @@ FORBIDDEN_EXTERNAL = {
     "format": {"torch", "dash", "plotly"},
     # the training process imports it: nothing heavy
     "protocol": {"torch", "dash", "plotly", "numpy", "pyarrow", "pandas"},
+    "metrics": {"torch", "dash", "plotly", "pandas", "pyarrow"},
     "writer": {"torch", "dash", "plotly"},
     "transport": {"torch", "dash", "plotly"},
     "record": {"dash", "plotly"},
@@ -170,6 +174,7 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path, monkeypatch):
     "import comgra_like.analysis.cli",
     "from comgra_like.probe import submit_input",
     "import comgra_like.format.vnittest, comgra_like.query.flows",
+    "import comgra_like.metrics.quantities, comgra_like.metrics.spectra",
 ])
 def test_no_torch_on_the_way(statement):
     code = f"import sys\n{statement}\nassert 'torch' not in sys.modules, 'torch was imported'\n"

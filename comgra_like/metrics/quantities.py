@@ -1,0 +1,394 @@
+"""The built-in per-module quantities (issue 16), numpy only: the writer process runs them.
+
+A ``Quantity`` names what the training side must ship (``needs``), whether it yields one
+value per backward pass (``per_backward``), whether it keeps state between its
+computations (``stateful``) and which module classes it applies to. ``compute(data,
+state)`` gets a ``ModuleData`` (arrays as captured) and the caller's state dict for this
+(trial, module, metric), and returns a float (NaN when undefined) or a 1-D array.
+
+Definitions follow Taiyi's code (DLCV-BUAA/Taiyi) and monitorch's lenses; where they are
+wrong we do it right, and each quantity's ``differs`` says how (README table).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigurationError
+from . import spectra
+
+# What a quantity may ask the training side to ship (ModuleData fields and ``extra`` keys).
+NEEDS = (
+    "input",            # first positional tensor input of the module's forward
+    "output",           # first tensor output
+    "output_grad",      # gradient of that output, one array per backward pass
+    "weight",           # module.weight after the optimizer step (when the metric runs)
+    "weight_grad",      # module.weight.grad
+    "bias",
+    "bn_running_mean",  # BatchNorm running_mean at the computing step, shape (C,)
+    "bn_running_var",   # BatchNorm running_var at the computing step, shape (C,)
+    "bn_batch_mean",    # per-channel mean of the BN input, one row per training step
+                        # since the previous computation, this step included: (T, C)
+    "bn_batch_var",     # per-channel unbiased variance of the BN input, same rows: (T, C)
+    "loss",             # the step's loss (a scalar array), for user metrics
+)
+
+# Classes whose feature axis is 1 (N, C, *spatial); every other module's is the last axis
+# (Linear on (N, L, D) acts on D). Activations and dropouts follow their input's layout:
+# for those, 4-D and 5-D arrays are taken as images (axis 1), 3-D as sequences (last).
+CHANNEL_FIRST_PREFIXES = ("Conv", "ConvTranspose", "LazyConv", "BatchNorm", "LazyBatchNorm",
+                          "SyncBatchNorm", "InstanceNorm", "LazyInstanceNorm", "GroupNorm",
+                          "MaxPool", "AvgPool", "AdaptiveAvgPool", "AdaptiveMaxPool",
+                          "LPPool", "FractionalMaxPool", "Dropout1d", "Dropout2d",
+                          "Dropout3d", "Upsample", "PixelShuffle", "LocalResponseNorm")
+LAST_AXIS_CLASSES = ("Linear", "LazyLinear", "Bilinear", "LayerNorm", "RMSNorm",
+                     "Embedding", "MultiheadAttention", "Identity")
+BATCH_NORM_CLASSES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm",
+                      "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d")
+# Taiyi's threshold for a dead Linear unit: the pre-activation is <= -2 on the whole batch.
+DEAD_PREACTIVATION = -2.0
+# Taiyi's epsilon in the condition numbers (lambda_1 / (|lambda_k| + eps)).
+CONDITION_EPS = 1e-7
+# Taiyi's epsilon in RankMe's p log p and in the TID denominators.
+RANKME_EPS = 1e-7
+TID_EPS = 1e-8
+
+
+@dataclass
+class ModuleData:
+    """What was captured of one module at one computing step (None = not captured)."""
+
+    module_class: str
+    input: np.ndarray | None = None
+    output: np.ndarray | None = None
+    output_grad: np.ndarray | None = None
+    weight: np.ndarray | None = None
+    weight_grad: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    # spectra shared by the quantities computed on this same data (Taiyi caches them on
+    # the module per step for the same reason)
+    cache: dict[str, object] = field(default_factory=dict, repr=False)
+
+    def get(self, name: str) -> np.ndarray:
+        """The array ``name`` (a field or an ``extra`` key); a clear error when missing."""
+        value = getattr(self, name, None) if name in _FIELDS else self.extra.get(name)
+        if value is None:
+            raise ConfigurationError(
+                f"{name!r} was not captured for this {self.module_class} module; the "
+                f"quantity needs it: ship it in ModuleData (the collector copies what "
+                f"Quantity.needs lists)")
+        return np.asarray(value)
+
+
+_FIELDS = ("input", "output", "output_grad", "weight", "weight_grad", "bias")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One built-in quantity: what it needs, how it is computed, what it means."""
+
+    name: str
+    needs: frozenset[str]
+    compute: Callable[[ModuleData, dict], float | np.ndarray]
+    formula: str
+    meaning: str
+    reference: str
+    per_backward: bool = False
+    stateful: bool = False
+    module_classes: tuple[str, ...] | None = None
+    vector: bool = False
+    differs: str = ""
+
+    def applies_to(self, module_class: str) -> bool:
+        return self.module_classes is None or module_class in self.module_classes
+
+
+def features_2d(x: np.ndarray, module_class: str | None = None) -> np.ndarray:
+    """(samples, features) view of a module's array: the feature axis moved last.
+
+    A conv-style (N, C, *spatial) array becomes (N * prod(spatial), C) by moving C last
+    and then reshaping, so that each row is one position of one sample (Taiyi's ``view``
+    without the move mixes positions and channels into its "channels"). 2-D arrays are
+    already (N, features); a 1-D array is one sample; 0-D one value.
+    """
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return x.reshape(1, 1)
+    if x.ndim == 1:
+        return x.reshape(1, -1)
+    if x.ndim == 2:
+        return x
+    if _channel_axis_first(x.ndim, module_class):
+        return np.moveaxis(x, 1, -1).reshape(-1, x.shape[1])
+    return x.reshape(-1, x.shape[-1])
+
+
+def _channel_axis_first(ndim: int, module_class: str | None) -> bool:
+    if module_class is not None:
+        if module_class in LAST_AXIS_CLASSES:
+            return False
+        if module_class.startswith(CHANNEL_FIRST_PREFIXES):
+            return True
+    return ndim >= 4
+
+
+def _float(value: float | np.floating) -> float:
+    return float(value)
+
+
+# --- spectra, shared per ModuleData ---------------------------------------------------
+
+def _spectrum(data: ModuleData, source: str, *, full: bool) -> np.ndarray:
+    """Covariance eigenvalue magnitudes of ``source``'s features, descending (cached).
+
+    ``full`` asks for all d of them (the condition numbers index into the whole spectrum)
+    and always takes the exact path; otherwise, above spectra.EXACT_MAX_DIM, only the top
+    spectra.DEFAULT_TOP_K come from the randomized method.
+    """
+    x2d = features_2d(data.get(source), data.module_class)
+    exact_key = f"{source}:exact"
+    if exact_key in data.cache:
+        return data.cache[exact_key]  # type: ignore[return-value]
+    if full or spectra.needs_exact(x2d):
+        values = spectra.exact_spectrum(x2d)
+        data.cache[exact_key] = values
+        return values
+    top_key = f"{source}:top"
+    if top_key not in data.cache:
+        data.cache[top_key] = spectra.top_spectrum(x2d)
+    return data.cache[top_key]  # type: ignore[return-value]
+
+
+def _trace(data: ModuleData, source: str) -> float:
+    key = f"{source}:trace"
+    if key not in data.cache:
+        exact = data.cache.get(f"{source}:exact")
+        if exact is not None:
+            data.cache[key] = float(np.sum(exact))  # type: ignore[arg-type]
+        else:
+            data.cache[key] = spectra.trace(features_2d(data.get(source), data.module_class))
+    return data.cache[key]  # type: ignore[return-value]
+
+
+def _max_eig(source: str) -> Callable[[ModuleData, dict], float]:
+    def compute(data: ModuleData, state: dict) -> float:
+        return _float(_spectrum(data, source, full=False)[0])
+    return compute
+
+
+def _stable_rank_cov(source: str) -> Callable[[ModuleData, dict], float]:
+    def compute(data: ModuleData, state: dict) -> float:
+        top = _float(_spectrum(data, source, full=False)[0])
+        total = _trace(data, source)
+        if math.isnan(top) or math.isnan(total):
+            return math.nan
+        # a zero covariance (constant input) has rank 0; Taiyi returns 0 there too
+        return 0.0 if top == 0.0 else total / top
+    return compute
+
+
+def _condition(source: str, fraction: float | None) -> Callable[[ModuleData, dict], float]:
+    def compute(data: ModuleData, state: dict) -> float:
+        values = _spectrum(data, source, full=True)
+        index = values.size - 1 if fraction is None else math.floor(values.size * fraction)
+        return _float(values[0] / (abs(values[index]) + CONDITION_EPS))
+    return compute
+
+
+def _spectrum_vector(source: str) -> Callable[[ModuleData, dict], np.ndarray]:
+    def compute(data: ModuleData, state: dict) -> np.ndarray:
+        return np.array(_spectrum(data, source, full=False)[: spectra.DEFAULT_TOP_K])
+    return compute
+
+
+# --- single-step quantities -------------------------------------------------------------
+
+def _norm(source: str) -> Callable[[ModuleData, dict], float]:
+    def compute(data: ModuleData, state: dict) -> float:
+        x = np.asarray(data.get(source), dtype=np.float64)
+        return _float(np.sqrt(np.einsum("i,i->", x.ravel(), x.ravel())))
+    return compute
+
+
+def _rms(source: str) -> Callable[[ModuleData, dict], float]:
+    def compute(data: ModuleData, state: dict) -> float:
+        x = np.asarray(data.get(source), dtype=np.float64).ravel()
+        if x.size == 0:
+            return math.nan
+        return _float(np.sqrt(np.einsum("i,i->", x, x) / x.size))
+    return compute
+
+
+def _input_mean(data: ModuleData, state: dict) -> float:
+    x = np.asarray(data.get("input"), dtype=np.float64)
+    return _float(x.mean()) if x.size else math.nan
+
+
+def _input_std(data: ModuleData, state: dict) -> float:
+    x = np.asarray(data.get("input"), dtype=np.float64)
+    # unbiased, as torch's Tensor.std(); one element has no spread estimate
+    return _float(x.std(ddof=1)) if x.size > 1 else math.nan
+
+
+def _linear_dead(data: ModuleData, state: dict) -> float:
+    out = np.asarray(data.get("output"))
+    out2d = out.reshape(-1, out.shape[-1]) if out.ndim >= 2 else out.reshape(1, -1)
+    if out2d.shape[1] == 0:
+        return math.nan
+    dead = np.all(out2d <= DEAD_PREACTIVATION, axis=0)
+    return _float(dead.mean())
+
+
+def _rankme(data: ModuleData, state: dict) -> float:
+    out = np.asarray(data.get("output"), dtype=np.float64)
+    out2d = out.reshape(out.shape[0], -1) if out.ndim >= 1 else out.reshape(1, 1)
+    try:
+        singular = np.linalg.svd(out2d, compute_uv=False)
+    except np.linalg.LinAlgError:
+        return math.nan
+    total = singular.sum()
+    if total == 0.0:
+        return math.nan
+    p = singular / total + RANKME_EPS
+    return _float(np.exp(-np.sum(p * np.log(p))))
+
+
+def _tid(kind: str) -> Callable[[ModuleData, dict], float]:
+    """MeanTID / VarTID of arXiv 2210.05153 over the steps since the previous computation."""
+    def compute(data: ModuleData, state: dict) -> float:
+        running_sigma = np.sqrt(np.asarray(data.get("bn_running_var"), dtype=np.float64))
+        if kind == "mean":
+            batch = np.atleast_2d(np.asarray(data.get("bn_batch_mean"), dtype=np.float64))
+            reference = np.asarray(data.get("bn_running_mean"), dtype=np.float64)
+        else:
+            var = np.atleast_2d(np.asarray(data.get("bn_batch_var"), dtype=np.float64))
+            batch = np.sqrt(var)
+            reference = running_sigma
+        if batch.shape[0] == 0:
+            return math.nan
+        distances = np.linalg.norm(batch - reference[None, :], axis=1)
+        return _float(np.mean(distances / (np.linalg.norm(running_sigma) + TID_EPS)))
+    return compute
+
+
+def _weight_param_jump(data: ModuleData, state: dict) -> float:
+    sign = np.sign(np.asarray(data.get("weight"))).astype(np.int8)
+    previous = state.get("sign")
+    state["sign"] = sign
+    if previous is None or previous.shape != sign.shape:
+        return math.nan
+    return _float(np.count_nonzero(sign * previous < 0))
+
+
+# --- the table ---------------------------------------------------------------------------
+
+TAIYI = "Taiyi (DLCV-BUAA/Taiyi), quantity/"
+CONV_RESHAPE = ("conv inputs: channels moved last before the reshape (Taiyi's view mixes "
+                "positions and channels)")
+NO_MADE_UP = "NaN when the decomposition fails (Taiyi returns made-up values)"
+_SPECTRUM_SOURCES = {"Input": ("input", "the module's input"),
+                     "OutputGrad": ("output_grad", "the gradient of the module's output")}
+
+
+def _q(name: str, needs: Iterable[str], compute: Callable, formula: str, meaning: str,
+       reference: str, **kwargs: object) -> Quantity:
+    return Quantity(name=name, needs=frozenset(needs), compute=compute, formula=formula,
+                    meaning=meaning, reference=reference, **kwargs)  # type: ignore[arg-type]
+
+
+def _build() -> dict[str, Quantity]:
+    table: list[Quantity] = []
+    for prefix, (source, what) in _SPECTRUM_SOURCES.items():
+        per_backward = source == "output_grad"
+        ref = (TAIYI + "singlestep/input_cov_*.py" if source == "input" else
+               "Taiyi extensions/backward_extension/backward_output_eig_of_cov_extension.py")
+        cov = f"C = cov({what}), rows = samples (x positions for conv), ddof 1"
+        table += [
+            _q(f"{prefix}CovMaxEig", {source}, _max_eig(source), f"λ1 of {cov}",
+               f"variance along the dominant direction of {what}", ref,
+               per_backward=per_backward, differs=CONV_RESHAPE + "; " + NO_MADE_UP),
+            _q(f"{prefix}CovStableRank", {source}, _stable_rank_cov(source),
+               f"Σλ / λ1 of {cov} (0 when C = 0)",
+               f"how many directions {what} effectively spans", ref,
+               per_backward=per_backward, differs=CONV_RESHAPE),
+            _q(f"{prefix}CovCondition", {source}, _condition(source, None),
+               f"λ1 / (|λ_d| + 1e-7) of {cov}",
+               f"ill-conditioning of {what}'s covariance (large = nearly degenerate)", ref,
+               per_backward=per_backward, differs=CONV_RESHAPE + "; " + NO_MADE_UP),
+        ]
+        for percent in (20, 50, 80):
+            table.append(_q(
+                f"{prefix}CovCondition{percent}", {source}, _condition(source, percent / 100),
+                f"λ1 / (|λ_⌊{percent / 100}·d⌋| + 1e-7) of {cov} (0-based index)",
+                f"spread between the top and the {percent}% eigenvalue of {what}'s "
+                "covariance", ref, per_backward=per_backward,
+                differs=CONV_RESHAPE + "; " + NO_MADE_UP))
+        table.append(_q(
+            f"{prefix}CovSpectrum", {source}, _spectrum_vector(source),
+            f"the {spectra.DEFAULT_TOP_K} largest λ of {cov}, descending",
+            f"the shape of {what}'s covariance spectrum", "comgra-like (Taiyi's "
+            "eigenvalues, stored as a vector)", per_backward=per_backward, vector=True))
+    table += [
+        _q("WeightNorm", {"weight"}, _norm("weight"), "‖W‖_F",
+           "size of the weights", TAIYI + "singlestep/weight_norm.py"),
+        _q("WeightGradNorm", {"weight_grad"}, _norm("weight_grad"), "‖∂L/∂W‖_F",
+           "size of the weight gradient", TAIYI + "singlestep/weight_grad_norm.py"),
+        _q("InputMean", {"input"}, _input_mean, "mean of all elements of the input",
+           "shift of the input (Taiyi's README says per channel; its code, and we, "
+           "average everything)", TAIYI + "singlestep/input_mean.py"),
+        _q("InputStd", {"input"}, _input_std, "std of all elements of the input (ddof 1)",
+           "spread of the input", TAIYI + "singlestep/input_std.py"),
+        _q("InputSndNorm", {"input"}, _norm("input"), "‖X‖_F (all elements)",
+           "size of the input", TAIYI + "singlestep/input_norm.py"),
+        _q("OutputGradSndNorm", {"output_grad"}, _norm("output_grad"), "‖∂L/∂Y‖_F",
+           "size of the gradient reaching the module's output",
+           TAIYI + "singlestep/output_grad_norm.py", per_backward=True,
+           differs="one value per backward pass (Taiyi keeps the last pass's)"),
+        _q("LinearDeadNeuronNum", {"output"}, _linear_dead,
+           "fraction of output units j with y_ij <= -2 for every sample i",
+           "share of Linear units a following ReLU would silence on the whole batch "
+           "(a fraction despite the name)", TAIYI + "singlestep/linear_dead_neuron_num.py"),
+        _q("RankMe", {"output"}, _rankme,
+           "exp(-Σ p_k log p_k), p_k = σ_k / Σσ + 1e-7, σ = singular values of Y (N x rest)",
+           "effective rank of the output batch (embedding collapse when small)",
+           "Garrido et al. 2023 (RankMe); " + TAIYI + "singlestep/rankme.py",
+           differs="float64 and NaN when the SVD fails or Y = 0 (Taiyi: float32, "
+                   "made-up values)"),
+        _q("MeanTID", {"bn_batch_mean", "bn_running_mean", "bn_running_var"}, _tid("mean"),
+           "mean over steps t since the last computation of ‖μ_t - μ_run‖ / (‖σ_run‖ + 1e-8)",
+           "train/inference mismatch of a BatchNorm's mean (large: running stats are stale "
+           "or batches differ)", "arXiv 2210.05153; " + TAIYI + "multistep/mean_tid.py",
+           stateful=True, module_classes=BATCH_NORM_CLASSES,
+           differs="per channel on 3-D inputs (Taiyi's 3-D branch averages per position)"),
+        _q("VarTID", {"bn_batch_var", "bn_running_var"}, _tid("var"),
+           "mean over steps t of ‖σ_t - σ_run‖ / (‖σ_run‖ + 1e-8), σ_t = sqrt(unbiased var)",
+           "train/inference mismatch of a BatchNorm's scale",
+           "arXiv 2210.05153; " + TAIYI + "multistep/var_tid.py",
+           stateful=True, module_classes=BATCH_NORM_CLASSES,
+           differs="per channel on 3-D inputs (as MeanTID)"),
+        _q("WeightParamJump", {"weight"}, _weight_param_jump,
+           "#{i : sign(w_i) · sign(w_i at the previous computation) < 0}",
+           "how many weights changed sign since the previous computation (NaN the first "
+           "time)", TAIYI + "multistep/weight_param_jump.py", stateful=True,
+           differs="compares with a copy kept at the previous computation (Taiyi caches "
+                   "the live parameter and clears its cache at each computation: always 0)"),
+    ]
+    return {q.name: q for q in table}
+
+
+QUANTITIES: dict[str, Quantity] = _build()
+
+
+def get_quantity(name: str) -> Quantity:
+    """The quantity ``name``, or a ConfigurationError listing the known names."""
+    try:
+        return QUANTITIES[name]
+    except KeyError:
+        raise ConfigurationError(
+            f"unknown metric {name!r}; the built-in metrics are: "
+            f"{', '.join(sorted(QUANTITIES))} (or pass a user metric class)") from None
