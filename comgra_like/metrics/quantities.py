@@ -29,6 +29,7 @@ NEEDS = (
     "weight",           # module.weight after the optimizer step (when the metric runs)
     "weight_grad",      # module.weight.grad
     "bias",
+    "bias_grad",        # module.bias.grad
     "bn_running_mean",  # BatchNorm running_mean at the computing step, shape (C,)
     "bn_running_var",   # BatchNorm running_var at the computing step, shape (C,)
     "bn_batch_mean",    # per-channel mean of the BN input, one row per training step
@@ -88,6 +89,23 @@ class ModuleData:
 _FIELDS = ("input", "output", "output_grad", "weight", "weight_grad", "bias")
 
 
+# monitorch's activation bounds (numerical/threshold_for_module.py): a unit is "at its
+# bound" when its value is close to one of them; classes not listed are bounded below by 0
+# (ReLU and most others), so there "at the bound" means "zero". Hardtanh's and
+# Threshold's bounds are attributes of the module; we use their defaults.
+INF = math.inf
+ACTIVATION_BOUNDS: dict[str, tuple[float, float]] = {
+    "CELU": (-1.0, INF), "ELU": (-1.0, INF), "Hardsigmoid": (0.0, 1.0),
+    "LogSigmoid": (-INF, 0.0), "ReLU6": (0.0, 6.0), "SELU": (-1.7580993408473766, INF),
+    "Sigmoid": (0.0, 1.0), "Softsign": (-1.0, 1.0), "Tanh": (-1.0, 1.0),
+    "Tanhshrink": (-INF, INF), "Hardtanh": (-1.0, 1.0),
+}
+DEFAULT_BOUNDS = (0.0, INF)
+# numpy's isclose defaults, the same as torch.isclose's (monitorch's test for "at a bound")
+BOUND_RTOL = 1e-5
+BOUND_ATOL = 1e-8
+
+
 @dataclass(frozen=True)
 class Quantity:
     """One built-in quantity: what it needs, how it is computed, what it means."""
@@ -143,6 +161,18 @@ def _float(value: float | np.floating) -> float:
 
 # --- spectra, shared per ModuleData ---------------------------------------------------
 
+def _cached(data: ModuleData, key: str, source: str, make: Callable[[], object]) -> object:
+    """``make()``, remembered on ``data`` for as long as ``source`` is the same array (a
+    caller may reuse one ModuleData for several backward passes, changing output_grad)."""
+    array = getattr(data, source, None)
+    entry = data.cache.get(key)
+    if entry is not None and entry[0] is array:  # type: ignore[index]
+        return entry[1]  # type: ignore[index]
+    value = make()
+    data.cache[key] = (array, value)
+    return value
+
+
 def _spectrum(data: ModuleData, source: str, *, full: bool) -> np.ndarray:
     """Covariance eigenvalue magnitudes of ``source``'s features, descending (cached).
 
@@ -151,28 +181,22 @@ def _spectrum(data: ModuleData, source: str, *, full: bool) -> np.ndarray:
     spectra.DEFAULT_TOP_K come from the randomized method.
     """
     x2d = features_2d(data.get(source), data.module_class)
-    exact_key = f"{source}:exact"
-    if exact_key in data.cache:
-        return data.cache[exact_key]  # type: ignore[return-value]
+    exact = data.cache.get(f"{source}:exact")
+    if exact is not None and exact[0] is getattr(data, source):  # type: ignore[index]
+        return exact[1]  # type: ignore[index]
     if full or spectra.needs_exact(x2d):
-        values = spectra.exact_spectrum(x2d)
-        data.cache[exact_key] = values
-        return values
-    top_key = f"{source}:top"
-    if top_key not in data.cache:
-        data.cache[top_key] = spectra.top_spectrum(x2d)
-    return data.cache[top_key]  # type: ignore[return-value]
+        return _cached(data, f"{source}:exact", source,  # type: ignore[return-value]
+                       lambda: spectra.exact_spectrum(x2d))
+    return _cached(data, f"{source}:top", source,  # type: ignore[return-value]
+                   lambda: spectra.top_spectrum(x2d))
 
 
 def _trace(data: ModuleData, source: str) -> float:
-    key = f"{source}:trace"
-    if key not in data.cache:
-        exact = data.cache.get(f"{source}:exact")
-        if exact is not None:
-            data.cache[key] = float(np.sum(exact))  # type: ignore[arg-type]
-        else:
-            data.cache[key] = spectra.trace(features_2d(data.get(source), data.module_class))
-    return data.cache[key]  # type: ignore[return-value]
+    exact = data.cache.get(f"{source}:exact")
+    if exact is not None and exact[0] is getattr(data, source):  # type: ignore[index]
+        return float(np.sum(exact[1]))  # type: ignore[index]
+    return _cached(data, f"{source}:trace", source,  # type: ignore[return-value]
+                   lambda: spectra.trace(features_2d(data.get(source), data.module_class)))
 
 
 def _max_eig(source: str) -> Callable[[ModuleData, dict], float]:
@@ -285,6 +309,148 @@ def _weight_param_jump(data: ModuleData, state: dict) -> float:
     return _float(np.count_nonzero(sign * previous < 0))
 
 
+# --- monitorch's lenses ------------------------------------------------------------------
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine of the angle between two flattened arrays; NaN when undefined."""
+    if a.shape != b.shape:
+        return math.nan
+    a = a.ravel().astype(np.float64)
+    b = b.ravel().astype(np.float64)
+    denominator = math.sqrt(float(a @ a) * float(b @ b))
+    if denominator == 0.0:
+        return math.nan
+    return float(a @ b) / denominator
+
+
+def _correlation(source: str) -> Callable[[ModuleData, dict], float]:
+    """Cosine between ``source`` now and at the previous computation (stateful)."""
+    def compute(data: ModuleData, state: dict) -> float:
+        current = np.array(data.get(source), dtype=np.float64)
+        previous = state.get("previous")
+        state["previous"] = current
+        return math.nan if previous is None else _cosine(current, previous)
+    return compute
+
+
+def _update(source: str, how: str) -> Callable[[ModuleData, dict], float]:
+    """Geometry of the change of a parameter since the previous computation (stateful).
+
+    ``how`` is "norm", "rms" or "correlation" (the cosine between this update and the
+    previous one). Each quantity keeps its own state, so each keeps its own copy.
+    """
+    def compute(data: ModuleData, state: dict) -> float:
+        current = np.array(data.get(source), dtype=np.float64)
+        previous = state.get("value")
+        state["value"] = current
+        if previous is None or previous.shape != current.shape:
+            state.pop("update", None)
+            return math.nan
+        update = current - previous
+        if how == "norm":
+            return _float(np.linalg.norm(update.ravel()))
+        if how == "rms":
+            return _float(np.sqrt(np.mean(update * update))) if update.size else math.nan
+        previous_update = state.get("update")
+        state["update"] = update
+        return math.nan if previous_update is None else _cosine(update, previous_update)
+    return compute
+
+
+def _at_bound(data: ModuleData, which: str) -> np.ndarray:
+    """Per unit: whether its output is at the bound on every sample and position."""
+    out = np.asarray(data.get("output"))
+    units = features_2d(out, data.module_class)
+    if units.size == 0:
+        return np.zeros(units.shape[1], dtype=bool)
+    low, high = ACTIVATION_BOUNDS.get(data.module_class, DEFAULT_BOUNDS)
+    if which == "zero":
+        low, high = 0.0, INF
+    hit = np.zeros(units.shape, dtype=bool)
+    for bound in (low, high):
+        if math.isfinite(bound):
+            hit |= np.isclose(units, bound, rtol=BOUND_RTOL, atol=BOUND_ATOL)
+    return np.all(hit, axis=0)
+
+
+def _dead_fraction(data: ModuleData, state: dict) -> float:
+    dead = _at_bound(data, "zero")
+    return _float(dead.mean()) if dead.size else math.nan
+
+
+def _saturated_fraction(data: ModuleData, state: dict) -> float:
+    saturated = _at_bound(data, "bound")
+    return _float(saturated.mean()) if saturated.size else math.nan
+
+
+def _activation_rate(data: ModuleData, state: dict) -> float:
+    out = features_2d(np.asarray(data.get("output")), data.module_class)
+    if out.size == 0:
+        return math.nan
+    low, high = ACTIVATION_BOUNDS.get(data.module_class, DEFAULT_BOUNDS)
+    hit = np.zeros(out.shape, dtype=bool)
+    for bound in (low, high):
+        if math.isfinite(bound):
+            hit |= np.isclose(out, bound, rtol=BOUND_RTOL, atol=BOUND_ATOL)
+    return _float(np.mean(~hit))
+
+
+def _weight_stable_rank(data: ModuleData, state: dict) -> float:
+    w = np.asarray(data.get("weight"), dtype=np.float64)
+    w2d = w.reshape(w.shape[0], -1) if w.ndim >= 2 else w.reshape(1, -1)
+    if w2d.size == 0:
+        return math.nan
+    try:
+        top = float(np.linalg.norm(w2d, ord=2))
+    except np.linalg.LinAlgError:
+        return math.nan
+    if top == 0.0:
+        return 0.0
+    return _float(np.einsum("ij,ij->", w2d, w2d) / (top * top))
+
+
+AGGREGATIONS = ("mean", "std", "min", "max", "median", "q1", "q3")
+BANDS = ("std", "min-max", "q1-q3")
+
+
+def aggregate(values: Iterable[float], how: str) -> float:
+    """One number for a list of values (an epoch's points), NaNs ignored.
+
+    ``std`` is the population deviation (ddof 0, as monitorch's). ``min`` is the minimum
+    (monitorch's list aggregation returns the maximum for 'min').
+    """
+    array = np.asarray(list(values), dtype=np.float64)
+    array = array[~np.isnan(array)]
+    if how not in AGGREGATIONS:
+        raise ConfigurationError(
+            f"unknown aggregation {how!r}; use one of {', '.join(AGGREGATIONS)}")
+    if array.size == 0:
+        return math.nan
+    if how == "mean":
+        return _float(array.mean())
+    if how == "std":
+        return _float(array.std())
+    if how == "min":
+        return _float(array.min())
+    if how == "max":
+        return _float(array.max())
+    quantile = {"median": 0.5, "q1": 0.25, "q3": 0.75}[how]
+    return _float(np.quantile(array, quantile))
+
+
+def band(values: Iterable[float], how: str) -> tuple[float, float]:
+    """The band drawn around an aggregate line: mean ± std, min-max or q1-q3."""
+    array = list(values)
+    if how == "std":
+        mean, std = aggregate(array, "mean"), aggregate(array, "std")
+        return mean - std, mean + std
+    if how == "min-max":
+        return aggregate(array, "min"), aggregate(array, "max")
+    if how == "q1-q3":
+        return aggregate(array, "q1"), aggregate(array, "q3")
+    raise ConfigurationError(f"unknown band {how!r}; use one of {', '.join(BANDS)}")
+
+
 # --- the table ---------------------------------------------------------------------------
 
 TAIYI = "Taiyi (DLCV-BUAA/Taiyi), quantity/"
@@ -378,7 +544,86 @@ def _build() -> dict[str, Quantity]:
            differs="compares with a copy kept at the previous computation (Taiyi caches "
                    "the live parameter and clears its cache at each computation: always 0)"),
     ]
+    table += _monitorch()
+    table.append(_q(
+        "WeightStableRank", {"weight"}, _weight_stable_rank,
+        "‖W‖²_F / σ_max(W)² (W as out x rest)",
+        "how many directions the weight matrix effectively uses (1 = rank one)",
+        "Sanyal et al. 2020 (stable rank); comgra-like"))
     return {q.name: q for q in table}
+
+
+MONITORCH = "monitorch 0.1.0.7, "
+FIRST_NAN = "NaN at the first computation and when a norm is 0 (monitorch: 0)"
+
+
+def _monitorch() -> list[Quantity]:
+    grad_ref = MONITORCH + "lens ParameterGradientGeometry"
+    update_ref = MONITORCH + "lens ParameterUpdateGeometry"
+    since = ("; with a schedule, the update spans the steps since the previous computation "
+             "(monitorch: one optimizer step)")
+    table = [
+        _q("OutputNorm", {"output"}, _norm("output"), "‖Y‖_F", "size of the module's output",
+           MONITORCH + "lens OutputNorm"),
+        _q("OutputRMS", {"output"}, _rms("output"), "‖Y‖_F / sqrt(numel Y)",
+           "typical magnitude of one output element", MONITORCH + "lens OutputNorm "
+           "(normalize_by_size=True)"),
+        _q("OutputGradRMS", {"output_grad"}, _rms("output_grad"), "‖∂L/∂Y‖_F / sqrt(numel)",
+           "typical magnitude of one element of the output gradient, per backward pass",
+           MONITORCH + "lens OutputGradientGeometry (normalize_by_size=True)",
+           per_backward=True),
+        _q("OutputGradCorrelation", {"output_grad"}, _correlation("output_grad"),
+           "<g, g_prev> / (‖g‖ ‖g_prev‖), g_prev = the previous backward pass's",
+           "whether consecutive backward passes push the output the same way (1) or "
+           "oppose (-1)", MONITORCH + "lens OutputGradientGeometry", per_backward=True,
+           stateful=True, differs=FIRST_NAN),
+        _q("WeightRMS", {"weight"}, _rms("weight"), "‖W‖_F / sqrt(numel W)",
+           "typical weight magnitude", MONITORCH + "lens ParameterNorm"),
+        _q("WeightGradRMS", {"weight_grad"}, _rms("weight_grad"), "‖∂L/∂W‖_F / sqrt(numel)",
+           "typical magnitude of one weight's gradient", grad_ref),
+        _q("WeightGradCorrelation", {"weight_grad"}, _correlation("weight_grad"),
+           "cos(∂L/∂W, ∂L/∂W at the previous computation)",
+           "gradient direction stability (near 0: noisy, negative: oscillation)", grad_ref,
+           stateful=True, differs=FIRST_NAN),
+        _q("BiasGradNorm", {"bias_grad"}, _norm("bias_grad"), "‖∂L/∂b‖", "size of the bias "
+           "gradient", grad_ref),
+        _q("BiasGradCorrelation", {"bias_grad"}, _correlation("bias_grad"),
+           "cos(∂L/∂b, ∂L/∂b at the previous computation)", "bias gradient direction "
+           "stability", grad_ref, stateful=True, differs=FIRST_NAN),
+        _q("WeightUpdateNorm", {"weight"}, _update("weight", "norm"), "‖W - W_prev‖_F",
+           "step size actually taken by the optimizer", update_ref, stateful=True,
+           differs="NaN at the first computation" + since),
+        _q("WeightUpdateRMS", {"weight"}, _update("weight", "rms"),
+           "‖W - W_prev‖_F / sqrt(numel W)", "step size per weight", update_ref,
+           stateful=True, differs="NaN at the first computation" + since),
+        _q("WeightUpdateCorrelation", {"weight"}, _update("weight", "correlation"),
+           "cos(W - W_prev, W_prev - W_prev2)",
+           "whether consecutive updates go the same way (momentum) or zig-zag",
+           update_ref, stateful=True, differs=FIRST_NAN + since),
+        _q("BiasUpdateNorm", {"bias"}, _update("bias", "norm"), "‖b - b_prev‖",
+           "step size on the bias", update_ref, stateful=True,
+           differs="NaN at the first computation" + since),
+        _q("BiasUpdateCorrelation", {"bias"}, _update("bias", "correlation"),
+           "cos(b - b_prev, b_prev - b_prev2)", "bias update direction stability",
+           update_ref, stateful=True, differs=FIRST_NAN + since),
+        _q("DeadUnitFraction", {"output"}, _dead_fraction,
+           "fraction of units (features; channels for conv) whose output is 0 on every "
+           "sample and position", "units that never fire on this batch (dead ReLUs)",
+           MONITORCH + "lens OutputActivation (death rate)",
+           differs="3-D outputs of layers other than conv/pool/norm: units on the last "
+                   "axis (monitorch: axis 1)"),
+        _q("SaturatedUnitFraction", {"output"}, _saturated_fraction,
+           "fraction of units at the activation's bound (Sigmoid 0/1, Tanh ±1, ReLU6 0/6, "
+           "ELU -1, ... ; 0 for others) on every sample and position",
+           "units stuck at a flat part of the activation: no gradient flows through them",
+           MONITORCH + "lens OutputActivation (death rate with the class's thresholds)",
+           differs="Hardtanh and Threshold use default bounds (monitorch reads the module)"),
+        _q("ActivationRate", {"output"}, _activation_rate,
+           "fraction of output elements not at the activation's bound",
+           "how much of the layer is active on this batch",
+           MONITORCH + "lens OutputActivation (activation rate, averaged over units)"),
+    ]
+    return table
 
 
 QUANTITIES: dict[str, Quantity] = _build()
