@@ -6,17 +6,22 @@ each (forward and backward, under the recorder if the user records), stores the 
 as records of that probe and writes the probe's result. The query API reads both
 (``Group.read_probes``, ``Group.read_flows(trial_id, probe_id=...)``).
 
-``submit_input`` needs no torch (it is :func:`comgra_like.format.flows.submit_input`);
-``serve`` imports torch when it is first used.
+``serve`` also answers row requests: the Flow page asks, with :func:`request_rows`, for
+the row of one unit of a flow too large to store whole, and ``serve`` computes it with
+one backward pass (:mod:`comgra_like.format.flow_requests`).
+
+``submit_input`` and ``request_rows`` need no torch (they live in ``format``); ``serve``
+imports torch when it is first used.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..format.flow_requests import request_rows
 from ..format.flows import submit_input
 
-__all__ = ["serve", "submit_input"]
+__all__ = ["request_rows", "serve", "submit_input"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigurationError
+from ..format import flow_requests as fr
 from ..format import flows as ff
 from ..record.flow import DEFAULT_MAX_ENTRIES, FlowChain, write_flows
 
@@ -55,37 +57,145 @@ def run_probe(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
     return result
 
 
+def _served_input(group: str | os.PathLike, trial_id: str, request: fr.RowRequest
+                  ) -> tuple[np.ndarray, int]:
+    """(batch handed to fn, sample) that reproduce the asked record: a probe's whole
+    input and its sample, or for the recorded run the sample stored with the chain's
+    first node as a batch of one (the run stores no more of its input)."""
+    from ..query import flows as qf
+
+    if request.probe_id is not None:
+        return qf.read_probe_input(group, trial_id, request.probe_id), request.sample
+    chain = [f for f in qf.list_flows(group, trial_id, training_step=request.training_step,
+                                      probe_id=None) if f.chain_id == request.chain_id]
+    first = min(chain, key=lambda f: f.position, default=None)
+    if first is None:
+        raise ConfigurationError(f"the chain {request.chain_id} of record {request.record_id} "
+                                 "is not stored any more: no input to run")
+    value = qf.read_flow(group, trial_id, first.record_id).value_source
+    if value is None:
+        raise ConfigurationError(f"record {first.record_id} stores no value of its source "
+                                 f"{first.source!r}: no input to run")
+    return np.array(value)[None], 0
+
+
+def run_row_request(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
+                    trial_id: str, request_id: str) -> dict:
+    """Answer one row request (comgra_like.format.flow_requests): run ``fn`` on the
+    input the asked record was computed for, compute the asked units' rows of that pair
+    alone (one batched backward pass per 128 units) and store them as a partial record
+    whose chain id is ``rows_chain_id(record_id)``. Writes and returns the result; a
+    failure is the result (status ``failed``), not raised."""
+    started = time.time()
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"request_id": request_id, "started": started}
+    chain = None
+    try:
+        request = fr.read_request(group, trial_id, request_id)
+        batch, sample = _served_input(group, trial_id, request)
+        chain = fn(torch.from_numpy(np.ascontiguousarray(batch)))
+        if not isinstance(chain, FlowChain):
+            raise ConfigurationError(
+                f"the served function returned {type(chain).__name__}; it must return the "
+                "FlowChain of its nodes after the backward pass (see comgra_like.probe.serve)")
+        flow = chain.flow(request.source, request.target, sample, rows=list(request.units),
+                          weighting=request.weighting)
+        flow.position = request.position
+        ids = write_flows([flow], group, trial_id, training_step=request.training_step,
+                          iteration=request.iteration, probe_id=request.probe_id,
+                          chain_id=fr.rows_chain_id(request.record_id),
+                          extra={"row_of": request.record_id, "request_id": request_id})
+        result.update(status=ff.DONE, record_ids=ids, error=None)
+    except Exception as e:  # noqa: BLE001 - reported to the GUI through the result
+        print(f"comgra_like.probe: row request {request_id} failed:\n"
+              f"{traceback.format_exc()}", file=sys.stderr)
+        result.update(status=ff.FAILED, record_ids=[], error=f"{type(e).__name__}: {e}")
+    finally:
+        if chain is not None:
+            chain.release()
+    result.update(finished=time.time(), seconds=time.perf_counter() - t0)
+    fr.write_request_result(group, trial_id, request_id, result)
+    return result
+
+
+class _Heartbeat:
+    """Rewrites the trial's serving.json every HEARTBEAT_SECONDS from a thread, so that a
+    page knows someone will answer (also while fn runs a long time); marks it stopped."""
+
+    def __init__(self, group: str | os.PathLike, trial_id: str) -> None:
+        self.group, self.trial_id, self.started = group, trial_id, time.time()
+        self._stop = threading.Event()
+        fr.write_heartbeat(group, trial_id, started=self.started)
+        self._thread = threading.Thread(target=self._run, name="comgra-probe-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(fr.HEARTBEAT_SECONDS):
+            try:
+                fr.write_heartbeat(self.group, self.trial_id, started=self.started)
+            except OSError as e:  # a full disk must not end the loop; the page says stale
+                print(f"comgra_like.probe: heartbeat not written: {e}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        fr.write_heartbeat(self.group, self.trial_id, started=self.started,
+                           stopped=time.time())
+
+
 def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, trial_id: str,
           poll_seconds: float = 0.5, max_probes: int | None = None,
           timeout: float | None = None, max_entries: int = DEFAULT_MAX_ENTRIES,
-          weighting: str = "gradient") -> list[str]:
-    """Serve probes of ``trial_id`` in the group folder ``group`` until ``max_probes``
-    were run or ``timeout`` seconds passed (None: forever; Ctrl-C ends it).
+          weighting: str = "gradient", max_rows: int | None = None) -> list[str]:
+    """Serve probes and row requests of ``trial_id`` in the group folder ``group`` until
+    the limits given were reached (``max_probes`` probes, ``max_rows`` row requests) or
+    ``timeout`` seconds passed (no limit and no timeout: forever; Ctrl-C ends it).
 
     ``fn(input)`` gets the submitted array as a CPU tensor, runs the network forward
     and backward (recording with the ``ComgraRecorder`` as the user's loop does, if
     wanted) and returns a :class:`~comgra_like.record.flow.FlowChain` of the nodes whose
-    flows are wanted, with ``chain.backward(loss)`` done. Probes are run oldest first;
-    those submitted before ``serve`` started are run too (their result was missing).
-    Returns the ids of the probes run.
+    flows are wanted, with ``chain.backward(loss)`` done. Probes (edited inputs) and
+    row requests (one unit's row of a flow too large to store whole, asked for by the
+    Flow page) are run oldest first; those submitted before ``serve`` started are run
+    too. While it runs, a heartbeat file tells the page that requests will be answered.
+    Returns the ids of the probes and requests run, in order.
     """
     if poll_seconds <= 0:
         raise ConfigurationError(f"poll_seconds must be > 0, not {poll_seconds}")
-    if max_probes is not None and max_probes < 1:
-        raise ConfigurationError(f"max_probes must be None or >= 1, not {max_probes}")
+    for name, limit in (("max_probes", max_probes), ("max_rows", max_rows)):
+        if limit is not None and limit < 1:
+            raise ConfigurationError(f"{name} must be None or >= 1, not {limit}")
     ff.require_trial(group, trial_id)
     deadline = None if timeout is None else time.monotonic() + timeout
     done: list[str] = []
-    while max_probes is None or len(done) < max_probes:
-        pending = ff.pending_probes(group, trial_id)
-        for probe_id in pending:
-            run_probe(fn, group, trial_id, probe_id, max_entries=max_entries,
-                      weighting=weighting)
-            done.append(probe_id)
-            if max_probes is not None and len(done) >= max_probes:
-                return done
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        if not pending:
-            time.sleep(poll_seconds)
+    probes = rows = 0
+
+    def finished() -> bool:
+        limits = [(n, m) for n, m in ((probes, max_probes), (rows, max_rows)) if m is not None]
+        return bool(limits) and all(n >= m for n, m in limits)
+
+    heartbeat = _Heartbeat(group, trial_id)
+    try:
+        while not finished():
+            pending = ff.pending_probes(group, trial_id)
+            asked = fr.pending_requests(group, trial_id)
+            # oldest first across both kinds: ids begin with their creation time
+            for item in sorted(pending + asked, key=lambda i: i[1:]):
+                if item in asked:
+                    run_row_request(fn, group, trial_id, item)
+                    rows += 1
+                else:
+                    run_probe(fn, group, trial_id, item, max_entries=max_entries,
+                              weighting=weighting)
+                    probes += 1
+                done.append(item)
+                if finished():
+                    return done
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if not pending and not asked:
+                time.sleep(poll_seconds)
+    finally:
+        heartbeat.stop()
     return done

@@ -280,21 +280,36 @@ class FlowChain:
 
     def _flows(self, sample: int, rows: Mapping[str, Sequence[int]], max_entries: int,
                weighting: str) -> list[Flow]:
-        out = []
-        for pos, (a, b) in enumerate(zip(self._nodes, self._nodes[1:])):
-            status, flow, row_idx = flow_between(
-                a.tensor, b.tensor, b.grad, sample=sample, source_batch_dim=a.batch_dim,
-                target_batch_dim=b.batch_dim, rows=rows.get(b.name),
-                max_entries=max_entries, weighting=weighting, names=(a.name, b.name))
-            out.append(Flow(
-                source=a.name, target=b.name, sample=sample,
-                source_shape=tuple(_per_sample(a.tensor, a.batch_dim, sample).shape),
-                target_shape=tuple(_per_sample(b.tensor, b.batch_dim, sample).shape),
-                status=status, weighting=weighting, flow=flow, rows=row_idx,
-                grad_source=_side(a.grad, a, sample), grad_target=_side(b.grad, b, sample),
-                value_source=_side(a.tensor, a, sample), value_target=_side(b.tensor, b, sample),
-                position=pos))
-        return out
+        return [self._pair(a, b, pos, sample, rows.get(b.name), max_entries, weighting)
+                for pos, (a, b) in enumerate(zip(self._nodes, self._nodes[1:]))]
+
+    def flow(self, source: str, target: str, sample: int = 0, *,
+             rows: Sequence[int] | None = None, max_entries: int = DEFAULT_MAX_ENTRIES,
+             weighting: str = "gradient") -> Flow:
+        """The flow of one pair of nodes (``source`` earlier), alone: with ``rows`` only
+        those units' rows, one batched backward pass per 128 of them (the per-unit path a
+        served row request takes; no other pair is computed)."""
+        a, b = self._get(source), self._get(target)
+        position = self._nodes.index(a)
+        if self._nodes.index(b) <= position:
+            raise ConfigurationError(f"{source!r} must come before {target!r} in the chain "
+                                     f"{self.names}")
+        return self._pair(a, b, position, sample, rows, max_entries, weighting)
+
+    def _pair(self, a: _Node, b: _Node, pos: int, sample: int, rows: Sequence[int] | None,
+              max_entries: int, weighting: str) -> Flow:
+        status, flow, row_idx = flow_between(
+            a.tensor, b.tensor, b.grad, sample=sample, source_batch_dim=a.batch_dim,
+            target_batch_dim=b.batch_dim, rows=rows, max_entries=max_entries,
+            weighting=weighting, names=(a.name, b.name))
+        return Flow(
+            source=a.name, target=b.name, sample=sample,
+            source_shape=tuple(_per_sample(a.tensor, a.batch_dim, sample).shape),
+            target_shape=tuple(_per_sample(b.tensor, b.batch_dim, sample).shape),
+            status=status, weighting=weighting, flow=flow, rows=row_idx,
+            grad_source=_side(a.grad, a, sample), grad_target=_side(b.grad, b, sample),
+            value_source=_side(a.tensor, a, sample), value_target=_side(b.tensor, b, sample),
+            position=pos)
 
     def release(self) -> None:
         """Drop the tensors (and with them the retained graph)."""
@@ -309,13 +324,17 @@ def _side(t: torch.Tensor | None, node: _Node, sample: int) -> np.ndarray:
 
 def write_flows(flows: Sequence[Flow], group: str | os.PathLike, trial_id: str, *,
                 training_step: int | None = None, iteration: int = 0,
-                probe_id: str | None = None) -> list[str]:
+                probe_id: str | None = None, chain_id: str | None = None,
+                extra: Mapping[str, Any] | None = None) -> list[str]:
     """Store flows (one record each, docs/FORMAT.md "flows") in the trial's ``flows/``
-    folder; returns the record ids. ``group`` is the folder ``<comgra_root_path>/<group>``."""
-    chain_id = files_of_flows.new_id("c")
+    folder; returns the record ids. ``group`` is the folder ``<comgra_root_path>/<group>``.
+    ``chain_id`` (default: a new one) groups the records; ``extra`` adds fields to each
+    record.json (a served row request names itself there)."""
+    chain_id = chain_id or files_of_flows.new_id("c")
     ids = []
     for f in flows:
-        meta = {**f.meta(), "training_step": training_step, "iteration": int(iteration),
-                "probe_id": probe_id, "chain_id": chain_id, "origin": "comgra_like"}
+        meta = {**(extra or {}), **f.meta(), "training_step": training_step,
+                "iteration": int(iteration), "probe_id": probe_id, "chain_id": chain_id,
+                "origin": "comgra_like"}
         ids.append(files_of_flows.write_flow(group, trial_id, meta, f.arrays()))
     return ids

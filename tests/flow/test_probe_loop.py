@@ -53,7 +53,9 @@ def test_edited_inputs_are_served_and_their_flows_read_back(tmp_path):
     try:
         group = wait_for(lambda: (group_dir / "trials" / "served" / "trial.json").exists()
                          and open_group(group_dir), "the trial", proc)
-        base = wait_for(lambda: group.read_flows("served", probe_id=None), "base flows", proc)
+        # one record per pair, written one after the other: wait for both
+        base = wait_for(lambda: len(b := group.read_flows("served", probe_id=None)) == 2 and b,
+                        "base flows", proc)
         assert [(f.source, f.target) for f in base] == [("input", "conv1"), ("conv1", "conv2")]
         original = group.read_flow("served", base[0].record_id).value_source
         assert original.shape == INPUT_SHAPE[1:]  # the map the GUI will let the user edit
