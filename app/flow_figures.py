@@ -16,6 +16,7 @@ blocks of a 2-D map) and a link carries the sum of the flows between two blocks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,49 @@ class ChainNode:
     shape: tuple[int, ...]
     grad: np.ndarray | None
     value: np.ndarray | None
+
+
+def with_rows(flow: FlowData, answers: Sequence[FlowData]) -> FlowData:
+    """``flow`` (too large to store whole, or partial) joined with the rows served for it
+    on demand (partial records of the same pair): a partial flow with every row known,
+    the stored ones first. A unit asked twice keeps its first row. Complete flows and
+    flows without answers are returned as they are."""
+    if flow.info.status == COMPLETE or not answers:
+        return flow
+    n_source = math.prod(flow.info.source_shape) if flow.info.source_shape else 1
+    rows: list[int] = []
+    parts: list[np.ndarray] = []
+    if flow.flow is not None and flow.info.status == PARTIAL:
+        rows.extend(int(r) for r in flow.info.rows or ())
+        parts.append(np.asarray(flow.flow).reshape(-1, n_source))
+    for answer in answers:
+        if answer.flow is None or answer.info.rows is None:
+            continue
+        if answer.info.source_shape != flow.info.source_shape:
+            continue  # the served network changed shape: not rows of this flow
+        matrix = np.asarray(answer.flow).reshape(-1, n_source)
+        keep = [k for k, r in enumerate(answer.info.rows) if r not in rows]
+        rows.extend(int(answer.info.rows[k]) for k in keep)
+        parts.append(matrix[keep])
+    if not rows:
+        return flow
+    matrix = np.concatenate(parts).reshape((len(rows),) + tuple(flow.info.source_shape))
+    info = dataclasses.replace(flow.info, status=PARTIAL, rows=tuple(rows))
+    return dataclasses.replace(flow, info=info, flow=matrix)
+
+
+def missing_row(flows: Sequence[FlowData], node: str, unit: int) -> FlowData | None:
+    """The flow ending at ``node`` when it lacks ``unit``'s row (no full matrix, and the
+    row was not computed): the flow whose row the page can ask for. None otherwise."""
+    names = [n.name for n in chain_nodes(flows)]
+    if node not in names or names.index(node) == 0:
+        return None
+    f = flows[names.index(node) - 1]
+    if f.info.status == COMPLETE and f.flow is not None:
+        return None
+    if f.info.status == PARTIAL and f.flow is not None and unit in (f.info.rows or ()):
+        return None
+    return f
 
 
 def chain_nodes(flows: Sequence[FlowData]) -> list[ChainNode]:
@@ -281,8 +325,8 @@ def summary_lines(model: SankeyModel, shapes: Mapping[str, Sequence[int]],
                          f"{entry['target']} were computed; {entry['above']} links above "
                          f"the threshold, {entry['drawn']} drawn")
         else:
-            lines.append(f"{pair}: no matrix stored ({entry['status']}): compute the rows "
-                         "of single units (submit a probe with rows)")
+            lines.append(f"{pair}: no matrix stored ({entry['status']}): click a unit of "
+                         f"{entry['target']} on the heatmaps to compute its row")
     return lines
 
 

@@ -14,6 +14,13 @@ heatmap (a click toggles a cell between 0 and z, or paints z); Save stores it wi
 ``comgra_like.format.flows.submit_input`` (no torch) for the process running
 ``comgra_like.probe.serve``; the page selects the new edit and shows its flows once that
 process has stored them (the lists are read again at every refresh tick).
+
+Rows on demand: a flow above the bound of entries is stored without its matrix. A click
+on a unit of its target says so and offers to compute that unit's row; the button writes
+a request (``comgra_like.format.flow_requests``, no torch) that the same serving process
+answers with one backward pass, and the row joins the flow at the next tick (Sankey,
+outline). The serving process's heartbeat tells the page whether anyone will answer:
+when nobody serves the trial, the page says how to start a serving process.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import numpy as np
 from dash import Input, Output, State, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
-from comgra_like.format.flows import FAILED, PENDING, submit_input
+from comgra_like.format import flow_requests as fr
+from comgra_like.format.flows import DONE, FAILED, PENDING, submit_input
 
 from .. import flow_figures as ff
 from .. import ids
@@ -65,6 +73,11 @@ RESET = "flow-reset"
 SAVED = "flow-saved"  # dcc.Store: the probe the last Save submitted
 SAVE_STATUS = "flow-save-status"
 LISTS_KEY = "flow-lists-key"
+ROW_BOX = "flow-row-box"  # shown when the clicked unit's row is not stored
+ROW_TEXT = "flow-row-text"
+ROW_BUTTON = "flow-row-button"
+ROW_ASKED = "flow-row-asked"  # dcc.Store: the row request the button wrote
+ROW_STATUS = "flow-row-status"
 
 RUN = "__run__"  # the origin "recorded run"; names starting with "__" are never probe ids
 MAX_UNITS_CHOICES = (16, 32, 64, 128, 256, 1024)
@@ -126,7 +139,12 @@ def layout() -> html.Div:
                      "gradient with.", className="text-muted small"),
             dcc.Graph(id=HEATMAPS, figure=empty_figure("", 300),
                       config={"displaylogo": False}),
-            html.Div(id=UNIT_INFO, className="small mb-2"),
+            html.Div(id=UNIT_INFO, className="small mb-1"),
+            html.Div([html.Span(id=ROW_TEXT, className="me-2"),
+                      html.Button("compute this unit's row", id=ROW_BUTTON, n_clicks=0,
+                                  className="btn btn-outline-primary btn-sm")],
+                     id=ROW_BOX, className="small mb-1", style={"display": "none"}),
+            html.Div(id=ROW_STATUS, className="small mb-2"),
             html.H6("Edit the input and see the new flow", className="mt-2"),
             html.Div(
                 [
@@ -164,6 +182,7 @@ def layout() -> html.Div:
             dcc.Store(id=SAVED, storage_type="memory"),
             dcc.Store(id=BEFORE_CHAIN, storage_type="memory"),
             dcc.Store(id=LISTS_KEY, storage_type="memory"),
+            dcc.Store(id=ROW_ASKED, storage_type="memory"),
         ],
         className="page-padded",
     )
@@ -245,8 +264,23 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if chain is None or data.group is None:
             return []
         flows, _ = listed(trial)
-        infos = chains_of(flows).get(chain, [])
-        return [data.group.read_flow(trial, f.record_id) for f in infos]
+        by_chain = chains_of(flows)
+        out = []
+        for f in by_chain.get(chain, []):
+            stored = data.group.read_flow(trial, f.record_id)
+            answers = by_chain.get(fr.rows_chain_id(f.record_id), [])
+            out.append(ff.with_rows(stored, [data.group.read_flow(trial, a.record_id)
+                                             for a in answers]))
+        return out
+
+    def serving(trial: str) -> fr.Serving:
+        return data._safely(f"the serving process of {trial}",
+                            lambda: fr.serving(data.path, trial),
+                            fr.Serving(False, None, None, None, None, None))
+
+    def nobody_serves(trial: str) -> str:
+        return (f"No process is serving probes for {trial}: "
+                f"{fr.how_to_serve(data.path, trial)}.")
 
     @app.callback(
         Output(ORIGIN, "options"),
@@ -268,7 +302,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def lists(_tick: Any, selection: dict | None, origin: str | None, step: int | None,
               chain: str | None, shown: Any) -> tuple:
         trial = trial_of(selection)
-        flows, probes = listed(trial) if trial else ([], [])
+        every, probes = listed(trial) if trial else ([], [])
+        # rows served on demand join the flow they complete (chain_data): no chain of theirs
+        flows = [f for f in every if not fr.is_rows_chain(f.chain_id)]
         entries = history(probes)
         values = [e["value"] for e in entries]
         if origin not in values:
@@ -299,11 +335,13 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                     "in the history" if probes else "recorded run · no edits yet")
         else:
             text = probe_text(probes[at - 1], at, len(probes))
+            if probes[at - 1].status == PENDING and not serving(trial).alive:
+                text += " · " + nobody_serves(trial)
         if not flows and trial:
             text = (f"No gradient flows stored for {trial}: compute them with "
                     "comgra_like.record.flow (FlowChain, write_flows) or serve probes.")
-        key = [trial, [f.record_id for f in flows], [(p.probe_id, p.status) for p in probes],
-               origin, step, chain, before]
+        key = [trial, [f.record_id for f in every], [(p.probe_id, p.status) for p in probes],
+               origin, step, chain, before, text]
         if key == shown:
             return (no_update,) * 9
         step_options = [{"label": "—" if s is None else str(s), "value": s} for s in steps]
@@ -341,10 +379,12 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(THRESHOLD, "value"),
         Input(MAX_UNITS, "value"),
         Input(HISTORY, "children"),
+        Input(LISTS_KEY, "data"),  # rows served on demand join the chain
         State(ids.SELECTION, "data"),
     )
     def show_sankey(chain: str | None, before: str | None, slider: float | None,
-                    max_units: int | None, history_text: Any, selection: dict | None) -> tuple:
+                    max_units: int | None, history_text: Any, _lists: Any,
+                    selection: dict | None) -> tuple:
         started = time.perf_counter()
         result = sankey_view(trial_of(selection), chain, before, slider, max_units,
                              history_text)
@@ -356,7 +396,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         blocks = ff.chain_blocks(flows, max_units)
         out = []
         for f in flows:
-            key = ("flow_grouped", trial, f.info.record_id, blocks[f.info.source],
+            key = ("flow_grouped", trial, f.info.record_id, f.info.rows, blocks[f.info.source],
                    blocks[f.info.target])
             out.append(data.cached(key, lambda f=f: ff.grouped_flow(
                 f, blocks[f.info.source], blocks[f.info.target]),
@@ -417,12 +457,86 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(HEATMAPS, "figure"),
         Output(UNIT_INFO, "children"),
+        Output(ROW_BOX, "style"),
+        Output(ROW_TEXT, "children"),
         Input(CHAIN, "value"),
         Input(UNIT, "data"),
+        Input(LISTS_KEY, "data"),  # a row served on demand: outline with it
         State(ids.SELECTION, "data"),
     )
-    def show_heatmaps(chain: str | None, unit: dict | None, selection: dict | None) -> tuple:
+    def show_heatmaps(chain: str | None, unit: dict | None, _lists: Any,
+                      selection: dict | None) -> tuple:
         trial = trial_of(selection)
+        figure, text = heatmaps_view(trial, chain, unit)
+        hidden = {"display": "none"}
+        if trial is None or chain is None or not unit or unit.get("chain") != chain:
+            return figure, text, hidden, ""
+        lacking = ff.missing_row(chain_data(trial, chain), unit["node"], unit["unit"])
+        if lacking is None:
+            return figure, text, hidden, ""
+        info = lacking.info
+        known = "no full matrix" if info.status != ff.PARTIAL else (
+            f"only the rows of {len(info.rows or ())} units")
+        offer = (f"{info.source} → {info.target} has {known} stored "
+                 f"({info.full_entries:,} entries: too large to compute whole). Its row for "
+                 f"{info.target} unit {unit['unit']} takes one backward pass in the process "
+                 "serving probes.")
+        if not serving(trial).alive:
+            offer += " " + nobody_serves(trial)
+        return figure, text, {"display": "block"}, offer
+
+    @app.callback(
+        Output(ROW_ASKED, "data"),
+        Input(ROW_BUTTON, "n_clicks"),
+        State(UNIT, "data"),
+        State(CHAIN, "value"),
+        State(ids.SELECTION, "data"),
+        prevent_initial_call=True,
+    )
+    def ask_row(clicks: int | None, unit: dict | None, chain: str | None,
+                selection: dict | None) -> Any:
+        trial = trial_of(selection)
+        if not clicks or trial is None or not unit or unit.get("chain") != chain:
+            return no_update
+        lacking = ff.missing_row(chain_data(trial, chain), unit["node"], unit["unit"])
+        if lacking is None:
+            return no_update  # served meanwhile
+        asked = {"trial": trial, "node": unit["node"], "unit": unit["unit"]}
+        try:
+            request_id = fr.request_rows(data.path, trial, lacking.info.record_id,
+                                         [unit["unit"]])
+        except ComgraError as e:
+            return {**asked, "error": str(e)}
+        return {**asked, "request_id": request_id}
+
+    @app.callback(
+        Output(ROW_STATUS, "children"),
+        Input(ids.TICK, "n_intervals"),
+        Input(ROW_ASKED, "data"),
+    )
+    def row_status(_tick: Any, asked: dict | None) -> Any:
+        if not asked:
+            return ""
+        what = f"the row of {asked['node']} unit {asked['unit']}"
+        if asked.get("error"):
+            return f"Not asked for {what}: {asked['error']}"
+        trial = asked["trial"]
+        request = data._safely(f"row request of {trial}", lambda: fr.read_request(
+            data.path, trial, asked["request_id"]), None)
+        if request is None:
+            return f"Asked for {what}; its request cannot be read."
+        if request.status == DONE:
+            took = f" in {request.seconds:.2f} s" if request.seconds is not None else ""
+            return f"Computed {what}{took} in the serving process: shown above."
+        if request.status == FAILED:
+            return f"The serving process could not compute {what}: {request.error}"
+        alive = serving(trial)
+        if alive.alive:
+            return f"Computing {what} in the serving process (pid {alive.pid})…"
+        return (f"Asked for {what} (request {request.request_id}). "
+                f"{nobody_serves(trial)} It answers the request when it starts.")
+
+    def heatmaps_view(trial: str | None, chain: str | None, unit: dict | None) -> tuple:
         if trial is None or chain is None:
             return empty_figure("", 120), ""
         flows = chain_data(trial, chain)
