@@ -469,15 +469,19 @@ def histogram_figure(
     log_color: bool = False,
     height: int = 300,
     title: str | None = None,
+    overlay: bool = False,
 ) -> Figure:
     """Histograms over time, one subplot per ``(label, grid)`` side by side (the same
-    module of several trials) with one shared colour scale and value axis: a heatmap of
-    the counts (log colour optional, the hover always shows the count), the min and max
-    bounds as lines and a dashed line at zero. ``label`` is plain text; a None grid is a
-    trial without such histograms."""
+    module of several trials, or several gradient groups) with one shared colour scale
+    and value axis: a heatmap of the counts (log colour optional, the hover always shows
+    the count), the min and max bounds as lines and a dashed line at zero. ``label`` is
+    plain text; a None grid is a trial without such histograms. ``overlay`` draws them
+    all in one panel instead (see ``_overlay_figure``)."""
     shown = [(label, grid) for label, grid in panels if grid is not None]
     if not shown:
         return empty_figure("No histograms recorded for this choice yet.", height=height)
+    if overlay and len(panels) > 1:
+        return _overlay_figure(panels, log_color=log_color, height=height, title=title)
     n = len(panels)
     gap = 0.04
     width = (1 - gap * (n - 1)) / n
@@ -546,6 +550,123 @@ def histogram_figure(
     layout["annotations"] = annotations
     layout["margin"] = {"l": 56, "r": 12, "t": 40 if title else 24, "b": 36}
     return {"data": data, "layout": layout}
+
+
+#: Colours of the overlaid histograms after the first (contour lines and bounds).
+OVERLAY_COLOURS: tuple[str, ...] = ("#ff7f0e", "#e377c2", "#17becf", "#bcbd22", "#8c564b")
+#: Contour levels of an overlaid histogram (few: the lines must stay readable over the
+#: first histogram's colours).
+OVERLAY_LEVELS = 6
+
+
+def _value_range(grids: Sequence[HistogramGrid]) -> list[float]:
+    lows = [float(g.edges[0]) for g in grids]
+    highs = [float(g.edges[-1]) for g in grids]
+    for g in grids:
+        lows += [float(v) for v in g.vmin if np.isfinite(v)]
+        highs += [float(v) for v in g.vmax if np.isfinite(v)]
+    low, high = min(lows), max(highs)
+    pad = (high - low) * 0.02 or 1e-6
+    return [low - pad, high + pad]
+
+
+def _overlay_figure(
+    panels: Sequence[tuple[str, HistogramGrid | None]],
+    *,
+    log_color: bool,
+    height: int,
+    title: str | None,
+) -> Figure:
+    """Several histograms over time in one panel: the first as the coloured heatmap, each
+    further one as contour lines of its counts in a colour of its own (a second heatmap
+    would hide the first one's cells), every one with its min and max bounds in its
+    colour and a legend entry, so that which counts belong to which stays readable. The
+    contour levels use the same scale as the heatmap (log colour included); the hover on
+    a line gives its label, the step, the value and the count there."""
+    shown = [(label, grid) for label, grid in panels if grid is not None]
+    missing = [label for label, grid in panels if grid is None]
+    layout = base_layout(title=title, height=height, hovermode="closest", showlegend=True,
+                         plot_bgcolor="#e9ecef")
+    layout["legend"] = {"orientation": "h", "y": -0.22, "x": 0, "font": {"size": 11}}
+    finite = [g.counts[np.isfinite(g.counts)] for _, g in shown]
+    top = max((float(v.max()) for v in finite if v.size), default=1.0)
+    cmax = float(np.log10(top + 1)) if log_color else top
+    y_range = _value_range([g for _, g in shown])
+    layout["xaxis"] = axis("step")
+    layout["yaxis"] = axis("value", range=y_range, zeroline=False)
+    layout["coloraxis"] = {
+        "colorscale": _COUNTS_SCALE, "cmin": 0, "cmax": cmax,
+        "colorbar": {"title": {"text": "log₁₀(1+count)" if log_color else "count",
+                               "side": "right"}, "thickness": 10, "len": 0.9},
+    }
+    data: list[dict] = []
+    for i, (label, grid) in enumerate(shown):
+        z = np.log10(grid.counts + 1) if log_color else grid.counts
+        colour = "#d62728" if i == 0 else OVERLAY_COLOURS[(i - 1) % len(OVERLAY_COLOURS)]
+        name = plot_text(label)
+        if i == 0:
+            custom = np.stack([grid.bin_lo, grid.bin_hi, grid.counts], axis=-1).astype(np.float32)
+            data.append({
+                "type": "heatmap", "x": grid.steps, "y": grid.edges, "z": z,
+                "customdata": custom, "coloraxis": "coloraxis", "hoverongaps": False,
+                "name": f"{name} (colours)", "showlegend": True, "legendgroup": name,
+                "hovertemplate": f"{name}<br>step %{{x}}<br>bin %{{customdata[0]:.4g}} … "
+                                 "%{customdata[1]:.4g}<br>count %{customdata[2]:d}<extra></extra>",
+            })
+        else:
+            centres = (grid.edges[:-1] + grid.edges[1:]) / 2
+            data.append({
+                "type": "contour", "x": grid.steps, "y": centres, "z": z,
+                "name": f"{name} (lines)", "showlegend": True, "legendgroup": name,
+                "showscale": False, "connectgaps": False,
+                "colorscale": [[0, colour], [1, colour]],
+                "contours": {"coloring": "lines", "start": cmax / OVERLAY_LEVELS,
+                             "end": cmax, "size": cmax / OVERLAY_LEVELS or 1},
+                "line": {"width": 1.6, "color": colour},
+                "customdata": grid.counts.astype(np.float32),
+                "hovertemplate": f"{name}<br>step %{{x}}<br>value %{{y:.4g}}<br>count "
+                                 "%{customdata:d}<extra></extra>",
+            })
+        for values, bound in ((grid.vmin, "min"), (grid.vmax, "max")):
+            data.append({
+                "type": "scatter", "mode": "lines+markers" if len(grid.steps) < 3 else "lines",
+                "x": grid.steps, "y": values, "name": f"{name} {bound}",
+                "legendgroup": name, "showlegend": False,
+                "line": {"color": colour, "width": 1.2, "dash": "solid" if i == 0 else "dot"},
+                "marker": {"size": 4},
+                "hovertemplate": f"{name}<br>step %{{x}}<br>{bound} %{{y:.4g}}<extra></extra>",
+            })
+    shapes = []
+    if y_range[0] <= 0 <= y_range[1]:
+        shapes.append({"type": "line", "xref": "x domain", "yref": "y", "x0": 0, "x1": 1,
+                       "y0": 0, "y1": 0,
+                       "line": {"color": "#ffffff", "width": 1.2, "dash": "dash"}})
+    layout["shapes"] = shapes
+    if missing:
+        layout["annotations"] = [{
+            "text": plot_text("nothing recorded: " + ", ".join(missing)), "x": 1, "y": 1.0,
+            "xref": "paper", "yref": "paper", "xanchor": "right", "yanchor": "bottom",
+            "showarrow": False, "font": {"color": "#6c757d", "size": 11}}]
+    layout["margin"] = {"l": 56, "r": 12, "t": 40 if title else 24, "b": 36}
+    return {"data": data, "layout": layout}
+
+
+def recording_types(frame: pd.DataFrame, what: str, role: str) -> list[str]:
+    """The recording types (forward, the gradient groups such as ``gradient:backward``,
+    ``gradient:backward_2`` or a recorder's loss groups) of one module's histograms of
+    ``what`` and ``role``: forward first, then the gradient groups by name."""
+    if frame is None or frame.empty or "recording_type" not in frame:
+        return []
+    part = frame[(frame["what"] == what) & (frame["role"] == role)]
+    return sorted({str(r) for r in part["recording_type"]}, key=_recording_type_order)
+
+
+def _recording_type_order(recording_type: str) -> tuple[int, str, int]:
+    # backward_10 after backward_2: the pass number as a number
+    head, _, tail = recording_type.rpartition("_")
+    numbered = bool(head) and tail.isdigit()
+    kind = 0 if recording_type == "forward" else 1 if recording_type.startswith("gradient") else 2
+    return kind, head if numbered else recording_type, int(tail) if numbered else 1
 
 
 def histogram_choices(frame: pd.DataFrame) -> dict[str, list[str]]:

@@ -4,8 +4,11 @@ Top: one level of the module graph (torchexplorer's explorer): the viewed module
 inputs and outputs, one node per child invocation, an edge where an autograd path leads
 from one to the other. A click on a module picks it for the histograms and, when it has
 modules inside, opens it; the breadcrumb goes back up. Below: one panel per picked
-module, side by side, its histograms over time (io / io_grad / params / params_grad and
-the role chosen per panel), optionally next to the same module of a second trial.
+module, side by side, its histograms over time (io / io_grad / params / params_grad, the
+role and the recording types chosen per panel: several gradient groups, e.g. a second
+backward pass, together), optionally with the same module of a second trial; the
+trials and groups of a panel side by side or overlaid in one plot (the first as
+colours, the others as contour lines).
 
 A module's outputs are nodes of the dependency graph (node = the invocation's id), so
 "Tensors page" on a panel opens that node there; coming back, the page opens the level
@@ -44,11 +47,14 @@ REPORT = "modules-report"
 PICK = "modules-pick"
 COMPARE = "modules-compare"
 EXECUTION = "modules-execution"
+MODE = "modules-mode"  # the trials and gradient groups of a panel: side by side or overlaid
 LOG = "modules-log"
 PANELS = "modules-panels"
 VIEW = "modules-view"  # dcc.Store (session): {"trial", "parent", "picked", "from_node"}
 KEY = "modules-key"
 NO_TRIAL = "__none__"  # names starting with "__" are reserved: never a trial id
+SIDE_BY_SIDE = "side"
+OVERLAID = "overlay"
 
 #: At most this many histogram panels side by side (a click adds one in front).
 MAX_PANELS = 4
@@ -91,6 +97,12 @@ def layout() -> html.Div:
                                  value=NO_TRIAL, clearable=False,
                                  className="sel-dropdown", style={"minWidth": "12rem"},
                                  persistence=True, persistence_type="session"),
+                    dcc.RadioItems(id=MODE, options=[
+                        {"label": " side by side", "value": SIDE_BY_SIDE},
+                        {"label": " overlaid", "value": OVERLAID}],
+                        value=SIDE_BY_SIDE, inline=True, className="ms-2",
+                        inputClassName="me-1", labelClassName="me-2",
+                        persistence=True, persistence_type="session"),
                     html.Span("steps", className="sel-label ms-3 me-2"),
                     dcc.Dropdown(id=EXECUTION, options=[], value=None, clearable=False,
                                  className="sel-dropdown", style={"minWidth": "10rem"},
@@ -149,7 +161,8 @@ def report_view(report: Mapping[str, Any] | None) -> Any:
 
 
 def panel(module: str) -> html.Div:
-    """One histogram panel: what and role to show, the figure, a way to the Tensors page."""
+    """One histogram panel: what, role and recording types (gradient groups) to show, the
+    figure, a way to the Tensors page."""
     return html.Div(
         [
             html.Div(
@@ -164,6 +177,10 @@ def panel(module: str) -> html.Div:
                     dcc.Dropdown(id=panel_id("role", module), options=[], value=None,
                                  clearable=False, className="sel-dropdown",
                                  style={"minWidth": "8rem"}),
+                    # several backward passes or loss groups: pick any of them together
+                    dcc.Dropdown(id=panel_id("groups", module), options=[], value=[],
+                                 multi=True, clearable=False, className="sel-dropdown",
+                                 placeholder="recording type", style={"minWidth": "12rem"}),
                     html.Button("Tensors page ↗", id=panel_id("open", module), n_clicks=0,
                                 className="btn btn-link btn-sm ms-auto",
                                 title="show this module's output on the Tensors page"),
@@ -344,35 +361,41 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(panel_id("role", MATCH), "options"),
         Output(panel_id("role", MATCH), "value"),
         Output(panel_id("what", MATCH), "options"),
+        Output(panel_id("groups", MATCH), "options"),
+        Output(panel_id("groups", MATCH), "value"),
         Output(panel_id("key", MATCH), "data"),
         Input(panel_id("what", MATCH), "value"),
         Input(panel_id("role", MATCH), "value"),
+        Input(panel_id("groups", MATCH), "value"),
         Input(COMPARE, "value"),
+        Input(MODE, "value"),
         Input(EXECUTION, "value"),
         Input(LOG, "value"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SELECTION, "data"),
         State(panel_id("key", MATCH), "data"),
     )
-    def show_histograms(what: str | None, role: str | None, compare: str | None,
-                        execution: str | None, log: list | None, _status: Any,
-                        selection: dict | None, shown: Any) -> tuple:
+    def show_histograms(what: str | None, role: str | None, groups: list | None,
+                        compare: str | None, mode: str | None, execution: str | None,
+                        log: list | None, _status: Any, selection: dict | None,
+                        shown: Any) -> tuple:
         module = dash.callback_context.outputs_list[0]["id"]["module"]
         started = time.perf_counter()
-        result = histograms(module, what, role, compare, execution, log, selection, shown)
+        result = histograms(module, what, role, groups, compare, mode, execution, log,
+                            selection, shown)
         if result[0] is not no_update:
             parts.timings.record("modules.histograms", time.perf_counter() - started)
         return result
 
-    def histograms(module: str, what: str | None, role: str | None, compare: str | None,
-                   execution: str | None, log: list | None, selection: dict | None,
-                   shown: Any) -> tuple:
+    def histograms(module: str, what: str | None, role: str | None, groups: list | None,
+                   compare: str | None, mode: str | None, execution: str | None,
+                   log: list | None, selection: dict | None, shown: Any) -> tuple:
         trial = current(selection).get("trial")
         trials = [trial] + ([compare] if compare not in (None, NO_TRIAL, trial) else [])
         key = [[[t, *module_data.data_version(data, t)] for t in trials if t], module, what,
-               role, execution, log]
+               role, groups, mode, execution, log]
         if key == shown or trial is None:
-            return (no_update,) * 5
+            return (no_update,) * 7
         frames = {t: module_data.histograms(data, t, module) for t in trials}
         choices = mf.histogram_choices(frames[trial])
         what_options = [{"label": f" {w}", "value": w, "disabled": w not in choices}
@@ -385,15 +408,21 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         role_options = [{"label": r, "value": r} for r in roles]
         if role is None:
             figure = empty_figure(f"No histograms of {module} in {trial} yet.", 300)
-            return figure, role_options, role, what_options, key
+            return figure, role_options, role, what_options, [], [], key
+        available = list(dict.fromkeys(
+            g for t in trials for g in mf.recording_types(frames[t], what, role)))
+        groups = [g for g in (groups or []) if g in available] or available[:1]
+        group_options = [{"label": g, "value": g} for g in available]
         grids = []
         for t, frame in frames.items():
-            grids.append((t, _grid(frame, what, role, execution, data.steps(t))))
+            for group in groups:
+                label = t if len(groups) == 1 else f"{t} · {group}"
+                grids.append((label, _grid(frame, what, role, execution, data.steps(t), group)))
         figure = mf.typed_arrays(mf.histogram_figure(
-            grids, log_color="log" in (log or []), height=300,
+            grids, log_color="log" in (log or []), height=300, overlay=mode == OVERLAID,
             title=plot_text(f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}"),
         ))
-        return figure, role_options, role, what_options, key
+        return figure, role_options, role, what_options, group_options, groups, key
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),
@@ -415,9 +444,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
 
 
 def _grid(frame: Any, what: str, role: str, execution: str | None,
-          steps: Mapping[int, Any]) -> mf.HistogramGrid | None:
-    """The grid of one role and kind for the steps of one type of execution (the first
-    recording type: forward, then gradients)."""
+          steps: Mapping[int, Any], recording_type: str | None = None) -> mf.HistogramGrid | None:
+    """The grid of one role and kind for the steps of one type of execution, of one
+    recording type (None: the first one, forward, then the gradient groups)."""
     if frame is None or frame.empty:
         return None
     part = frame[(frame["what"] == what) & (frame["role"] == role)]
@@ -426,7 +455,9 @@ def _grid(frame: Any, what: str, role: str, execution: str | None,
             part = part[part["type_of_execution"] == execution]
         else:
             part = part[part["training_step"].isin(steps_of_execution(steps, execution))]
-    if "recording_type" in part and part["recording_type"].nunique() > 1:
+    if recording_type is not None and "recording_type" in part:
+        part = part[part["recording_type"] == recording_type]
+    elif "recording_type" in part and part["recording_type"].nunique() > 1:
         first = min(part["recording_type"].unique(), key=sel.recording_type_sort_key)
         part = part[part["recording_type"] == first]
     return mf.histogram_grid(part) if len(part) else None

@@ -256,3 +256,70 @@ def test_typed_arrays_carry_the_same_numbers_to_the_browser():
     np.testing.assert_array_equal(custom.reshape(*grid.counts.shape, 3)[..., 2],
                                   grid.counts.astype(np.float32))
     assert len(json.dumps(typed)) < len(json.dumps(figure, default=lambda v: v.tolist()))
+
+
+def test_two_trials_overlaid_in_one_panel_the_second_as_contour_lines_of_its_counts():
+    rng = np.random.default_rng(3)
+    edges = np.linspace(-4, 4, 21)
+    a = mf.histogram_grid(hist_rows([0, 1, 2, 3], lambda s: rng.normal(0, 1, 300), shared=edges))
+    b = mf.histogram_grid(hist_rows([0, 2, 4], lambda s: rng.normal(2, 0.5, 300), bins=12))
+    side = mf.histogram_figure([("trial_a", a), ("trial_b", b)])
+    assert "xaxis2" in side["layout"]  # side by side: a subplot each
+    figure = mf.histogram_figure([("trial_a", a), ("trial_b", b)], overlay=True)
+    assert "xaxis2" not in figure["layout"]  # one panel
+    heat = [t for t in figure["data"] if t["type"] == "heatmap"]
+    lines = [t for t in figure["data"] if t["type"] == "contour"]
+    assert len(heat) == 1 and len(lines) == 1
+    np.testing.assert_array_equal(heat[0]["z"], a.counts)
+    # the second trial's own steps, its counts at its bin centres, lines in one colour
+    assert list(lines[0]["x"]) == [0, 2, 4]
+    np.testing.assert_array_equal(lines[0]["z"], b.counts)
+    np.testing.assert_allclose(lines[0]["y"], (b.edges[:-1] + b.edges[1:]) / 2)
+    assert lines[0]["contours"]["coloring"] == "lines"
+    colour = lines[0]["line"]["color"]
+    assert lines[0]["colorscale"] == [[0, colour], [1, colour]] and colour != "#d62728"
+    # the levels on the heatmap's scale, and both named in the legend
+    top = max(np.nanmax(a.counts), np.nanmax(b.counts))
+    assert lines[0]["contours"]["end"] == pytest.approx(top)
+    assert figure["layout"]["coloraxis"]["cmax"] == pytest.approx(top)
+    assert {"trial_a (colours)", "trial_b (lines)"} <= {t["name"] for t in figure["data"]}
+    # the second trial's bounds in its colour; the value axis covers both trials
+    bounds = [t for t in figure["data"] if t["type"] == "scatter" and t["line"]["color"] == colour]
+    np.testing.assert_array_equal(bounds[1]["y"], b.vmax)
+    low, high = figure["layout"]["yaxis"]["range"]
+    assert low < a.vmin.min() and high > b.vmax.max()
+    # log colour: the levels follow
+    logged = mf.histogram_figure([("trial_a", a), ("trial_b", b)], overlay=True, log_color=True)
+    contour = next(t for t in logged["data"] if t["type"] == "contour")
+    np.testing.assert_allclose(contour["z"], np.log10(b.counts + 1))
+    # a trial without such histograms is named, not drawn
+    missing = mf.histogram_figure([("trial_a", a), ("trial_c", None)], overlay=True)
+    assert "trial_c" in missing["layout"]["annotations"][0]["text"]
+    assert not [t for t in missing["data"] if t["type"] == "contour"]
+    pio.from_json(json.dumps(figure, default=lambda v: v.tolist()))  # plotly accepts it
+
+
+def test_several_gradient_groups_of_one_module_each_distinguishable():
+    rng = np.random.default_rng(4)
+    frames = []
+    for group, scale in (("gradient:backward", 1.0), ("gradient:backward_2", 0.1),
+                         ("gradient:backward_10", 0.01), ("forward", 5.0)):
+        rows = hist_rows([0, 1, 2], lambda s, sc=scale: rng.normal(0, sc, 100))
+        rows["recording_type"] = group
+        rows["what"] = "io" if group == "forward" else "io_grad"
+        frames.append(rows)
+    frame = pd.concat(frames, ignore_index=True)
+    groups = mf.recording_types(frame, "io_grad", "output 0")
+    # the passes in their order (10 after 2), forward is not a gradient group of io_grad
+    assert groups == ["gradient:backward", "gradient:backward_2", "gradient:backward_10"]
+    assert mf.recording_types(frame, "io", "output 0") == ["forward"]
+    grids = [(g, mf.histogram_grid(frame[frame["recording_type"] == g])) for g in groups]
+    side = mf.histogram_figure(grids)
+    titles = [a["text"] for a in side["layout"]["annotations"]]
+    assert titles == groups and "xaxis3" in side["layout"]
+    over = mf.histogram_figure(grids, overlay=True)
+    contours = [t for t in over["data"] if t["type"] == "contour"]
+    assert [t["name"] for t in contours] == [f"{g} (lines)" for g in groups[1:]]
+    assert len({t["line"]["color"] for t in contours}) == 2
+    # each group's own counts
+    np.testing.assert_array_equal(contours[1]["z"], grids[2][1].counts)

@@ -88,3 +88,55 @@ def test_modules_page_drills_down_and_shows_histograms(dash_duo, watched):
     wait_for_header(dash_duo, "node", inside[0])
     wait_for_header(dash_duo, "role", "output 0")
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+@pytest.fixture(scope="module")
+def two_trials(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from tests.app import watched_runs
+
+    root = tmp_path_factory.mktemp("modules_overlay")
+    watched_runs.record(root, trial="trial_a", steps=6, seed=0)
+    return watched_runs.record(root, trial="trial_b", steps=6, seed=1)
+
+
+def panel_traces(dash_duo) -> list[list[str]]:
+    """``[type, name]`` of the first histogram panel's traces as drawn."""
+    return dash_duo.driver.execute_script(
+        """
+        const gd = document.querySelector('.modules-panel .js-plotly-plot');
+        return gd && gd.data ? gd.data.map((t) => [t.type, t.name || '']) : [];
+        """
+    )
+
+
+def test_the_same_module_of_two_trials_overlaid_in_one_panel(dash_duo, two_trials):
+    app = create_app(two_trials, refresh_seconds=0.5)
+    dash_duo.start_server(app)
+    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    dash_duo.find_element("#nav-modules").click()
+    stem = wait_until(lambda: [k for k in shown_keys(dash_duo) if k.endswith("stem")],
+                      what="the top level")[0]
+    click_node(dash_duo, stem, graph=MODULE_GRAPH)
+    dash_duo.wait_for_element(".modules-panel .heatmaplayer image, .modules-panel .hm image",
+                              timeout=15)
+    shown = wait_until(lambda: [t[1] for t in panel_traces(dash_duo) if t[0] == "heatmap"],
+                       what="the shown trial's heatmap")
+    other = "trial_b" if shown == ["trial_a"] else "trial_a"
+    dash_duo.select_dcc_dropdown(f"#{modules.COMPARE}", value=other)
+    # side by side first: two heatmaps, no contour
+    wait_until(lambda: [t for t in panel_traces(dash_duo) if t[0] == "heatmap"][1:],
+               what="two heatmaps side by side")
+    assert not [t for t in panel_traces(dash_duo) if t[0] == "contour"]
+
+    dash_duo.find_element(f"#{modules.MODE} input[value='{modules.OVERLAID}']").click()
+    wait_until(lambda: [t for t in panel_traces(dash_duo) if t[0] == "contour"],
+               what="the second trial as contour lines")
+    traces = panel_traces(dash_duo)
+    assert [t for t in traces if t[0] == "heatmap"] == [["heatmap", f"{traces[0][1]}"]]
+    assert ["contour", f"{other} (lines)"] in traces
+    # drawn: the contour lines are in the page, the legend names both trials
+    dash_duo.wait_for_element(".modules-panel .contourlayer path", timeout=10)
+    legend = text_of(dash_duo, ".modules-panel .legend")
+    assert f"{other} (lines)" in legend and "(colours)" in legend
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
