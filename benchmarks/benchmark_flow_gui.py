@@ -11,6 +11,16 @@ timings): the first show (grouping the memory-mapped flow into blocks, then cach
 each later move of the slider (links above the threshold of the grouped flow, figure).
 With --browser, also the time from a click on the slider's track to the new Sankey
 drawn in headless Chromium (benchmarks/screenshot_pages.py's driver).
+
+With --on-demand, instead: a row of conv1 -> conv2 asked for from the page on a flow
+stored without its matrix (input 8x32x32 -> conv1 16x32x32 -> conv2 32x16x16, both
+pairs above the 2^24-entry bound), a random unit of conv2 each time, answered by ``probe.serve`` (a thread of this process, as a user's
+process would run it), from the click on "compute this unit's row" to the row shown:
+the button's callback (writes the request), the wait for the serving loop's poll, the
+served function and the row (one backward pass) written, the wait for the page's next
+tick, and the callbacks that show it (the lists at the tick, the heatmaps with the
+outline, the Sankey). Waits are measured, so they depend on ``--poll`` and the page's
+refresh interval (2 s by default, ``--refresh``).
 """
 
 from __future__ import annotations
@@ -66,8 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--max-units", type=int, default=64)
     p.add_argument("--browser", action="store_true")
+    p.add_argument("--on-demand", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="--on-demand: every row's times")
+    p.add_argument("--poll", type=float, default=0.5, help="serve's poll_seconds")
+    p.add_argument("--refresh", type=float, default=2.0, help="the page's refresh seconds")
     args = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
+    if args.on_demand:
+        return on_demand(args)
     from comgra_like.app import create_app
     from comgra_like.app.pages import flow as page
 
@@ -110,6 +126,127 @@ def main(argv: list[str] | None = None) -> int:
               f"(callback alone: median {timings['median_ms']:.1f} ms)")
         if args.browser:
             browser_times(app, page, args.repeat)
+    return 0
+
+
+def callback_poster(app, client, output: str):
+    """A function posting one call of the callback whose outputs include ``output``
+    (``id.property``) with the given values; returns (seconds, response JSON)."""
+    spec_key = next(k for k in app.callback_map if k == output or f"..{output}.." in k)
+    spec = app.callback_map[spec_key]
+
+    def post(values: dict, changed: str) -> tuple[float, dict]:
+        def filled(deps: list) -> list:
+            return [{**d, "value": values.get((d["id"], d["property"]))} for d in deps]
+
+        outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]}
+                   for o in spec_key.strip(".").split("...")]
+        body = {"output": spec_key, "outputs": outputs if spec_key.startswith("..")
+                else outputs[0],
+                "inputs": filled(spec["inputs"]), "state": filled(spec["state"]),
+                "changedPropIds": [changed]}
+        started = time.perf_counter()
+        response = client.post("/_dash-update-component", json=body)
+        seconds = time.perf_counter() - started
+        assert response.status_code in (200, 204), response.data[:500]
+        return seconds, (response.get_json() if response.status_code == 200 else {})
+
+    return post
+
+
+def on_demand(args: argparse.Namespace) -> int:
+    """Click to shown for rows asked for on a flow too large to store whole."""
+    import torch
+    from comgra_like.app import create_app
+    from comgra_like.app.pages import flow as page
+
+    from comgra_like.format import flow_requests as fr
+    from comgra_like.probe import serve
+    from comgra_like.record.flow import FlowChain, write_flows
+
+    torch.manual_seed(0)
+    conv1 = torch.nn.Conv2d(8, 16, 3, padding=1)
+    conv2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
+
+    def fn(x: torch.Tensor) -> FlowChain:
+        chain = FlowChain()
+        x = chain.node("input", x.float())
+        a = chain.node("conv1", torch.relu(conv1(x)))
+        b = chain.node("conv2", torch.relu(conv2(a)))
+        chain.backward((b ** 2).mean())
+        return chain
+
+    with tempfile.TemporaryDirectory() as tmp:
+        group = record(Path(tmp), 0)  # a trial; its flows are the ones below
+        chain = fn(torch.randn(1, 8, 32, 32))
+        write_flows(chain.flows(0), group, "conv", training_step=0)
+        chain.release()
+        app = create_app(group, prefetch=False, refresh_seconds=args.refresh)
+        client = app.server.test_client()
+        client.get("/")
+        infos = [f for f in app.comgra_parts.data.group.read_flows("conv")
+                 if f.source == "input"]
+        assert infos[0].status == "too_large", infos[0].status
+        chain_id = infos[0].chain_id
+        selection = {"current": {"trial": "conv"}, "wanted": {"trial": "conv"}}
+        ask = callback_poster(app, client, f"{page.ROW_ASKED}.data")
+        lists = callback_poster(app, client, f"{page.LISTS_KEY}.data")
+        heatmaps = callback_poster(app, client, f"{page.HEATMAPS}.figure")
+        sankey = callback_poster(app, client, f"{page.SANKEY}.figure")
+        served = threading.Thread(target=lambda: serve(
+            fn, group=group, trial_id="conv", poll_seconds=args.poll,
+            max_rows=args.repeat, timeout=3600), daemon=True)
+        served.start()
+        while not fr.serving(group, "conv").alive:
+            time.sleep(0.05)
+        base = {(page.CHAIN, "value"): chain_id, ("selection", "data"): selection,
+                (page.THRESHOLD, "value"): -2.0, (page.MAX_UNITS, "value"): 16,
+                (page.STEP, "value"): 0, (page.ORIGIN, "value"): page.RUN,
+                (page.ROW_BUTTON, "n_clicks"): 1, ("tick", "n_intervals"): 0}
+        _, shown = lists(base, "tick.n_intervals")
+        key = shown.get("response", {}).get(page.LISTS_KEY, {}).get("data")
+        rng = np.random.default_rng(0)
+        rows = []
+        for k in range(args.repeat):
+            unit = int(rng.integers(0, 32 * 16 * 16))
+            values = {**base, (page.UNIT, "data"): {"chain": chain_id, "node": "conv2",
+                                                    "unit": unit}}
+            clicked = time.perf_counter()
+            t_ask, answer = ask(values, f"{page.ROW_BUTTON}.n_clicks")
+            request_id = answer["response"][page.ROW_ASKED]["data"]["request_id"]
+            while fr.read_request(group, "conv", request_id).status == "pending":
+                time.sleep(0.005)
+            answered = time.perf_counter()
+            request = fr.read_request(group, "conv", request_id)
+            assert request.status == "done", request.error
+            # the page's next tick: at a uniformly random point of its interval
+            tick = args.refresh * rng.random()
+            time.sleep(tick)
+            t_lists, shown = lists({**values, (page.LISTS_KEY, "data"): key},
+                                   "tick.n_intervals")
+            key = shown["response"][page.LISTS_KEY]["data"]
+            values[(page.LISTS_KEY, "data")] = key
+            t_heat, hm = heatmaps(values, f"{page.LISTS_KEY}.data")
+            t_sankey, _ = sankey(values, f"{page.LISTS_KEY}.data")
+            total = time.perf_counter() - clicked
+            info = hm["response"][page.UNIT_INFO]["children"]
+            assert "exchanges gradient with conv1" in info, info
+            rows.append({"ask": t_ask, "wait_serve": answered - clicked - t_ask
+                         - request.seconds, "served": request.seconds, "tick": tick,
+                         "lists": t_lists, "heatmaps": t_heat, "sankey": t_sankey,
+                         "total": total})
+        served.join()
+        if args.verbose:
+            for r in rows:
+                print("  " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in r.items()))
+        median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        print(f"row on demand, {args.repeat} units of conv2 (32x16x16) on conv1 16x32x32 -> "
+              f"conv2, poll {args.poll} s, refresh {args.refresh} s; medians:")
+        for k, v in median.items():
+            print(f"  {k:>10}: {v * 1000:8.1f} ms")
+        work = [r["total"] - r["wait_serve"] - r["tick"] for r in rows]
+        print(f"  click to shown without the two waits: median "
+              f"{statistics.median(work) * 1000:.0f} ms, max {max(work) * 1000:.0f} ms")
     return 0
 
 
