@@ -1,6 +1,25 @@
-"""Per-module metrics (issue 16): the quantities' math (numpy only) and its spectra.
+"""Per-module metrics (issue 16): Taiyi's quantities and monitorch's lenses on a schedule.
 
 ``quantities.py`` defines every built-in quantity (Taiyi's and monitorch's), ``spectra.py``
-the covariance spectra that stay affordable on wide layers. The writer process computes
-them, so nothing here may import torch.
+the covariance spectra that stay affordable on wide layers; the writer process computes
+them (numpy only). ``schedule.py`` (``linear(k, o)``) and ``user.py`` (user metrics) are
+torch-free too. The training side needs torch and is loaded on first use:
+``config.py`` (Taiyi's config resolved on a model), ``collect.py`` (the hooks),
+``monitor.py`` (Taiyi's ``Monitor``); ``comgra_like.watch(model, metrics=...)`` uses them.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from .user import UserMetric
+
+__all__ = ["Monitor", "UserMetric"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Monitor":  # needs torch: loaded on first use, never by the writer
+        from .monitor import Monitor
+
+        return Monitor
+    raise AttributeError(f"module 'comgra_like.metrics' has no attribute {name!r}")
