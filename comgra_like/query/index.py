@@ -53,10 +53,11 @@ from ..format.layout import (
     is_hidden,
     live_shards,
     shard_range,
+    shard_rank,
     trials_dir,
 )
 from ..format.notes import NOTES_SCHEMA
-from ..format.schema import SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
+from ..format.schema import RANK, SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
 from .graphs import GraphStructureError, parse_graph
 from .types import (
     ModuleInfo,
@@ -72,6 +73,9 @@ log = logging.getLogger("comgra_like")
 
 STEP_KEY = ["training_step", "iteration"]
 KPI_KEY = ["kpi_group", "kpi_name", "type_of_execution", "timepoint"]
+# Each rank of a distributed recording has its own rows of every step (the rank comes
+# from the file's name, docs/FORMAT.md "Recording ranks"): repeats are within one rank.
+RANK_STEP_KEY = [*STEP_KEY, RANK]
 #: Step numbers of a file whose row groups have no statistics: consulted for every step.
 UNKNOWN_RANGE = (-(2**62), 2**62)
 #: How many repeated (step, iteration) pairs a report names before "…".
@@ -113,6 +117,7 @@ def empty_steps() -> pd.DataFrame:
         "iteration": pd.Series(dtype="int32"), "graph_hash": pd.Series(dtype="object"),
         "batch_size": pd.Series(dtype="int32"), "sample_indices": pd.Series(dtype="object"),
         "sample_categories": pd.Series(dtype="object"), "wall_time": pd.Series(dtype="float64"),
+        RANK: pd.Series(dtype="int64"),
     })
 
 
@@ -121,6 +126,7 @@ def empty_kpis() -> pd.DataFrame:
         "kpi_group": pd.Series(dtype="object"), "kpi_name": pd.Series(dtype="object"),
         "type_of_execution": pd.Series(dtype="object"), "timepoint": pd.Series(dtype="int64"),
         "value": pd.Series(dtype="float64"), "wall_time": pd.Series(dtype="float64"),
+        RANK: pd.Series(dtype="int64"),
     })
 
 
@@ -502,7 +508,9 @@ class GroupIndex:
                               skipped)
                 continue
             self._unskip(path)
-            frames.append((name, to_pandas(table).drop(columns=["trial_id"])))
+            frame = to_pandas(table).drop(columns=["trial_id"])
+            frame[RANK] = shard_rank(name)
+            frames.append((name, frame))
         return frames, whole
 
     def _update_steps(self, trial: TrialIndex, skipped: list[SkippedFile]) -> list[int]:
@@ -516,7 +524,7 @@ class GroupIndex:
         parts = [before] + [f for _, f in frames]
         source = np.repeat(np.arange(-1, len(frames)), [len(p) for p in parts])
         combined = pd.concat(parts, ignore_index=True)
-        repeated = combined.duplicated(STEP_KEY, keep="first").to_numpy()
+        repeated = combined.duplicated(RANK_STEP_KEY, keep="first").to_numpy()
         if repeated.any():
             for i in np.unique(source[repeated]):
                 name = frames[i][0]
@@ -526,12 +534,12 @@ class GroupIndex:
             source = source[~repeated]
         if whole:
             old = trial.steps
-            known = pd.MultiIndex.from_frame(old[STEP_KEY]) if len(old) else None
+            known = pd.MultiIndex.from_frame(old[RANK_STEP_KEY]) if len(old) else None
             fresh = combined if known is None else combined[
-                ~pd.MultiIndex.from_frame(combined[STEP_KEY]).isin(known)]
+                ~pd.MultiIndex.from_frame(combined[RANK_STEP_KEY]).isin(known)]
         else:
             fresh = combined[source >= 0]
-        trial.steps = combined.sort_values(STEP_KEY, kind="stable").reset_index(drop=True)
+        trial.steps = combined.sort_values(RANK_STEP_KEY, kind="stable").reset_index(drop=True)
         return sorted({int(s) for s in fresh["training_step"]})
 
     def _report_duplicates(self, trial: TrialIndex, name: str, rows: pd.DataFrame,
@@ -556,7 +564,7 @@ class GroupIndex:
             return False
         before = empty_kpis() if whole else trial.kpis
         trial.kpis = (pd.concat([before] + [f for _, f in frames], ignore_index=True)
-                      .drop_duplicates(subset=KPI_KEY)
+                      .drop_duplicates(subset=[*KPI_KEY, RANK])
                       .sort_values("timepoint", kind="stable").reset_index(drop=True))
         return True
 

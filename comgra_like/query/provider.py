@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,8 +22,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import NotFoundError, StorageError
-from ..vocabulary import ALL_STATISTICS
+from ..errors import ConfigurationError, NotFoundError, StorageError
+from ..format.layout import shard_rank
+from ..format.schema import RANK
+from ..vocabulary import ALL_STATISTICS, BATCH_AGGREGATIONS, NO_BATCH, STATISTICS
+from . import ranks as rank_merge
 from .cache import ByteLRU, estimate_bytes
 from .graphs import parse_graph
 from .index import GroupIndex, TensorFile, TrialIndex, graph_key, to_pandas
@@ -150,8 +154,34 @@ class Group:
     def list_trials(self) -> list[TrialInfo]:
         return [t.info for t in self._index.trials()]
 
-    def list_steps(self, trial_id: str) -> pd.DataFrame:
-        return self._trial(trial_id).steps.copy()
+    def list_ranks(self, trial_id: str) -> list[int]:
+        """The torch.distributed ranks that recorded steps or tensors of a trial, sorted
+        ([0] for a single-process recording; [] before anything is on disk)."""
+        trial = self._trial(trial_id)
+        found = {int(r) for r in trial.steps[RANK].unique()}
+        found.update(shard_rank(name) for name in trial.tensor_files)
+        return sorted(found)
+
+    def _rank(self, trial: TrialIndex, rank: int | None) -> int:
+        """The rank a single-rank read reads: ``rank``, or by default the lowest."""
+        if rank is None:
+            ranks = self.list_ranks(trial.trial_id)
+            return ranks[0] if ranks else 0
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise ConfigurationError(f"rank={rank!r}: pass one rank (an int) or None for the "
+                                     "lowest; several ranks: read_statistics(ranks=...)")
+        return int(rank)
+
+    def _rank_files(self, trial: TrialIndex, rank: int) -> list[TensorFile]:
+        return [f for f in trial.tensor_files.values() if shard_rank(f.name) == rank]
+
+    def list_steps(self, trial_id: str, rank: int | None = None) -> pd.DataFrame:
+        """The recorded steps (one row per step and iteration) of one rank: ``rank``, or
+        the lowest rank (every recording rank records the same steps)."""
+        trial = self._trial(trial_id)
+        steps = trial.steps
+        steps = steps[steps[RANK] == self._rank(trial, rank)]
+        return steps.drop(columns=[RANK]).reset_index(drop=True)
 
     def read_modules(self, trial_id: str) -> list[ModuleInfo]:
         """The module tree; StorageError (the file is in :attr:`skipped`) for a damaged
@@ -165,8 +195,15 @@ class Group:
     def read_notes(self, trial_id: str) -> list[Note]:
         return list(self._trial(trial_id).notes)
 
-    def read_kpis(self, trial_id: str) -> pd.DataFrame:
-        return self._trial(trial_id).kpis.copy()
+    def read_kpis(self, trial_id: str, rank: int | None = None) -> pd.DataFrame:
+        """The KPI points one rank recorded (``rank``, or the lowest); every rank's with
+        ``rank="all"`` (a ``rank`` column then says whose)."""
+        trial = self._trial(trial_id)
+        kpis = trial.kpis
+        if isinstance(rank, str) and rank == rank_merge.ALL:
+            return kpis.copy()
+        return kpis[kpis[RANK] == self._rank(trial, rank)].drop(
+            columns=[RANK]).reset_index(drop=True)
 
     def read_graph(self, trial_id: str, training_step: int, iteration: int) -> Graph:
         trial = self._trial(trial_id)
@@ -292,13 +329,14 @@ class Group:
             return f, result
         return None
 
-    def _step_table(self, trial_id: str, step: int) -> pa.Table:
-        key = self._key(_STEP, trial_id, int(step))
+    def _step_table(self, trial_id: str, step: int, rank: int | None = None) -> pa.Table:
+        trial = self._trial(trial_id)
+        rank = self._rank(trial, rank)
+        key = self._key(_STEP, trial_id, (int(step), rank))
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        trial = self._trial(trial_id)
-        files = trial.steps_holding(step)
+        files = [f for f in trial.steps_holding(step) if shard_rank(f.name) == rank]
         tables: list[pa.Table] = []
         done: set[str] = set()
         for f in files:
@@ -313,7 +351,8 @@ class Group:
                 raise StorageError(
                     f"the tensors of step {step} of trial {trial_id!r} are in a damaged file, "
                     f"which was skipped: {damaged[0].path}: {reason}")
-            raise NotFoundError(f"trial {trial_id!r} has no tensor data for step {step}")
+            raise NotFoundError(f"trial {trial_id!r} has no tensor data for step {step}"
+                                + (f" of rank {rank}" if rank else ""))
         if len(tables) > 1:
             table = drop_repeated(pa.concat_tables(tables).unify_dictionaries(), ROW_KEY)
         else:
@@ -321,12 +360,15 @@ class Group:
         self._cache.put(key, table, table.nbytes)
         return table
 
-    def list_tensors(self, trial_id: str, training_step: int) -> pd.DataFrame:
-        """What is recorded at a step (no values): one row per tensor row on disk."""
-        key = self._key(_LIST, trial_id, int(training_step))
+    def list_tensors(self, trial_id: str, training_step: int,
+                     rank: int | None = None) -> pd.DataFrame:
+        """What is recorded at a step (no values): one row per tensor row on disk of one
+        rank (``rank``, or the lowest)."""
+        rank = self._rank(self._trial(trial_id), rank)
+        key = self._key(_LIST, trial_id, (int(training_step), rank))
         cached = self._cache.get(key)
         if cached is None:
-            table = self._step_table(trial_id, training_step)
+            table = self._step_table(trial_id, training_step, rank)
             cached = to_pandas(table.select([c for c in KEY_COLUMNS if c != "shape"]))
             cached["shape"] = [tuple(s) for s in table.column("shape").to_pylist()]
             self._cache.put(key, cached, estimate_bytes(cached) * 4)
@@ -334,8 +376,10 @@ class Group:
 
     def read_tensor(self, trial_id: str, training_step: int, iteration: int, node: str,
                     role: str, recording_type: str, aggregation: str,
-                    sample_index: int = -1) -> TensorRecord:
-        table = self._step_table(trial_id, training_step)
+                    sample_index: int = -1, rank: int | None = None) -> TensorRecord:
+        """One tensor row with its values, as one rank recorded it (``rank``, or the
+        lowest); :meth:`read_merged_tensor` merges the ranks."""
+        table = self._step_table(trial_id, training_step, rank)
         mask = pc.and_(
             pc.and_(pc.equal(table["iteration"], int(iteration)),
                     pc.equal(table["node"].cast(pa.string()), node)),
@@ -349,7 +393,7 @@ class Group:
             target = self._alias_target(trial_id, training_step, iteration, node, role)
             if target is not None:  # a re-registered tensor: its data lives under the original
                 return self.read_tensor(trial_id, training_step, target[2], target[0], target[1],
-                                        recording_type, aggregation, sample_index)
+                                        recording_type, aggregation, sample_index, rank)
             raise NotFoundError(
                 f"trial {trial_id!r}, step {training_step}, iteration {iteration}: nothing "
                 f"recorded for node {node!r} role {role!r} ({recording_type}, {aggregation}, "
@@ -398,12 +442,14 @@ class Group:
 
     def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
                     aggregation: str, statistic: str, iteration: int | None = None,
-                    sample_index: int = -1, type_of_execution: str | None = None) -> pd.DataFrame:
-        """One statistic of one tensor over all recorded steps of a trial."""
+                    sample_index: int = -1, type_of_execution: str | None = None,
+                    rank: int | None = None) -> pd.DataFrame:
+        """One statistic of one tensor over all recorded steps of a trial, as one rank
+        recorded it (``rank``, or the lowest)."""
         if statistic not in ALL_STATISTICS:
             raise NotFoundError(f"unknown statistic {statistic!r}; choose one of {ALL_STATISTICS}")
         trial = self._trial(trial_id)
-        files = list(trial.tensor_files.values())
+        files = self._rank_files(trial, self._rank(trial, rank))
         frames = []
         done: set[str] = set()
         for f in files:
@@ -433,8 +479,9 @@ class Group:
     def read_statistics(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
                         recording_types: Any = None, aggregations: Any = None,
                         statistics: Any = None, steps: Any = None, iterations: Any = None,
-                        types_of_execution: Any = None,
-                        as_pandas: bool = True) -> pd.DataFrame | pa.Table:
+                        types_of_execution: Any = None, as_pandas: bool = True,
+                        ranks: Any = None, _rank: int | None = None
+                        ) -> pd.DataFrame | pa.Table:
         """The statistics of many tensors and steps of a trial at once (no values).
 
         Each filter is a name (an int for ``iterations``) or a list of them; None keeps
@@ -444,8 +491,31 @@ class Group:
         ordered by training step. A pandas frame (names as str, statistics float64) or,
         with ``as_pandas=False``, an Arrow table with the file's types (names
         dictionary-encoded, statistics float32 with nulls, numel int64).
+
+        ``ranks`` (a distributed recording): None reads the lowest rank (every rank of a
+        single-process recording); ``"all"``, one rank or a list of ranks read those,
+        with a ``rank`` column, ordered by training step and rank.
         """
         trial = self._trial(trial_id)
+        chosen = rank_merge.select_ranks(ranks, self.list_ranks(trial_id))
+        if chosen is not None:
+            tables = [self.read_statistics(
+                trial_id, nodes=nodes, roles=roles, recording_types=recording_types,
+                aggregations=aggregations, statistics=statistics, steps=steps,
+                iterations=iterations, types_of_execution=types_of_execution,
+                as_pandas=False, ranks=None, _rank=r) for r in chosen]
+            tables = [t.append_column(RANK, pa.array(np.full(t.num_rows, r, np.int32)))
+                      for t, r in zip(tables, chosen)]
+            table = (pa.concat_tables(tables, promote_options="permissive")
+                     .unify_dictionaries() if tables else None)
+            if table is None:
+                empty = self.read_statistics(trial_id, statistics=statistics, as_pandas=False,
+                                             steps=(1, 0))
+                table = empty.append_column(RANK, pa.array([], pa.int32()))
+            elif len(tables) > 1:
+                table = table.take(pc.sort_indices(table, sort_keys=[
+                    ("training_step", "ascending"), (RANK, "ascending")]))
+            return statistics_frame(table) if as_pandas else table
         columns = STATISTICS_KEY_COLUMNS + statistic_names(statistics)
         expr = statistics_filter(nodes=nodes, roles=roles, recording_types=recording_types,
                                  aggregations=aggregations, iterations=iterations,
@@ -454,7 +524,7 @@ class Group:
         if selection is not None:
             step_expr = step_filter(*selection)
             expr = step_expr if expr is None else expr & step_expr
-        files = list(trial.tensor_files.values())
+        files = self._rank_files(trial, self._rank(trial, _rank))
         if selection is not None:
             files = [f for f in files if f.served[0] <= selection[1]
                      and selection[0] <= f.served[1]]
@@ -465,6 +535,104 @@ class Group:
         if overlapping(files):
             table = drop_repeated(table, ROW_KEY)
         return statistics_frame(table) if as_pandas else table
+
+    def read_merged_statistics(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
+                               recording_types: Any = None, aggregations: Any = None,
+                               statistics: Any = None, steps: Any = None,
+                               iterations: Any = None, types_of_execution: Any = None,
+                               ranks: Any = "all") -> pd.DataFrame:
+        """The statistics of several ranks (all by default) merged into those of the
+        combined batch, as the rules of :mod:`comgra_like.query.ranks` say: batch_mean
+        weighted by batch size, batch_std from combined moments, batch_abs_max the
+        largest; rows without a batch dimension kept when every rank has the same value
+        (``merge`` = ``same``), NaN and ``differs`` otherwise; ``sample`` rows left out.
+        Columns: those of :meth:`read_statistics` and ``batch_size`` (the combined batch),
+        ``ranks`` (how many ranks had the row), ``merge``.
+        """
+        chosen = rank_merge.select_ranks(ranks, self.list_ranks(trial_id))
+        wanted = None
+        if aggregations is not None:
+            wanted = [aggregations] if isinstance(aggregations, str) else list(aggregations)
+        # batch_std needs batch_mean of the same statistic: read the three together
+        read_aggs = None
+        if wanted is not None:
+            read_aggs = sorted(set(wanted) | (set(BATCH_AGGREGATIONS) if set(wanted)
+                                              & set(BATCH_AGGREGATIONS) else set()))
+        frame = self.read_statistics(
+            trial_id, nodes=nodes, roles=roles, recording_types=recording_types,
+            aggregations=read_aggs, statistics=statistics, steps=steps,
+            iterations=iterations, types_of_execution=types_of_execution, ranks=chosen)
+        trial = self._trial(trial_id)
+        merged = rank_merge.merge_statistics(frame, trial.steps)
+        if wanted is not None:
+            merged = merged[merged["aggregation"].isin(wanted)].reset_index(drop=True)
+        return merged
+
+    def read_merged_tensor(self, trial_id: str, training_step: int, iteration: int, node: str,
+                           role: str, recording_type: str, aggregation: str,
+                           ranks: Any = "all") -> TensorRecord:
+        """One tensor row merged over ranks (all by default), values per neuron included,
+        by the rules of :meth:`read_merged_statistics`; ``sample`` rows cannot be merged
+        (a ConfigurationError says so)."""
+        available = self.list_ranks(trial_id)
+        chosen = rank_merge.select_ranks(ranks, available) or available[:1]
+        args = (trial_id, training_step, iteration, node, role, recording_type)
+        if aggregation == NO_BATCH:
+            records = [self.read_tensor(*args, NO_BATCH, -1, r) for r in chosen]
+            first = records[0]
+            if all(_same_record(r, first) for r in records[1:]):
+                return first
+            return replace(first, stats={k: float("nan") for k in first.stats}, values=None)
+        if aggregation not in BATCH_AGGREGATIONS:
+            raise ConfigurationError(
+                f"aggregation {aggregation!r} cannot be merged over ranks: a sample belongs "
+                "to one rank's batch; read it with read_tensor(..., rank=r)")
+        steps = self._trial(trial_id).steps
+        parts = {agg: [self.read_tensor(*args, agg, -1, r) for r in chosen]
+                 for agg in BATCH_AGGREGATIONS}
+        n = []
+        for r in chosen:
+            row = steps[(steps[RANK] == r) & (steps["training_step"] == training_step)]
+            if row.empty:
+                raise NotFoundError(f"rank {r} has no steps row for step {training_step} "
+                                    "(yet); refresh() and read again")
+            n.append(int(row["batch_size"].iloc[0]))
+        n = np.asarray(n, np.float64)
+        stat_names = list(parts["batch_mean"][0].stats)
+
+        def stack(agg: str, key: str | None) -> np.ndarray:
+            if key is None:
+                return np.stack([np.asarray(p.values, np.float64) for p in parts[agg]])
+            return np.array([p.stats[key] for p in parts[agg]], np.float64)
+
+        index = {"batch_mean": 0, "batch_std": 1, "batch_abs_max": 2}[aggregation]
+        first = parts[aggregation][0]
+        stats = dict(first.stats)  # numel is per sample; svd_top, update_ratio: parameters
+        for key in (k for k in stat_names if k in STATISTICS):
+            stats[key] = float(rank_merge.merge_batch(
+                n, stack("batch_mean", key), stack("batch_std", key),
+                stack("batch_abs_max", key))[index])
+        values = None
+        if all(p.values is not None for agg in BATCH_AGGREGATIONS for p in parts[agg]):
+            values = rank_merge.merge_batch(n, stack("batch_mean", None),
+                                            stack("batch_std", None),
+                                            stack("batch_abs_max", None))[index]
+            values = values.astype(np.float32)
+        return replace(first, stats=stats, values=values)
+
+    def read_ranks_side_by_side(self, trial_id: str, node: str, role: str,
+                                recording_type: str, aggregation: str, statistic: str, *,
+                                iteration: int | None = None, sample_index: int = -1,
+                                steps: Any = None, ranks: Any = "all") -> pd.DataFrame:
+        """One statistic of one tensor row, one column per rank (named by the rank), one
+        row per training step and iteration; ``spread`` (largest minus smallest) and
+        ``farthest`` (the rank farthest from the median) point at a drifting rank."""
+        frame = self.read_statistics(
+            trial_id, nodes=node, roles=role, recording_types=recording_type,
+            aggregations=aggregation, statistics=statistic, steps=steps,
+            iterations=iteration, ranks=ranks if ranks is not None else "all")
+        frame = frame[frame["sample_index"] == int(sample_index)]
+        return rank_merge.side_by_side(frame, statistic)
 
     def _scan(self, trial: TrialIndex, files: list[TensorFile], columns: list[str],
               expr: pc.Expression | None) -> pa.Table:
@@ -521,6 +689,18 @@ class Group:
         """The edited input a probe was submitted with."""
         from .flows import read_probe_input
         return read_probe_input(self.path, trial_id, probe_id)
+
+
+def _same_record(a: TensorRecord, b: TensorRecord) -> bool:
+    """Whether two ranks recorded the same statistics and values (NaN equal to NaN)."""
+    stats_a = np.array([a.stats[k] for k in a.stats], np.float64)
+    stats_b = np.array([b.stats.get(k, np.nan) for k in a.stats], np.float64)
+    if not np.array_equal(stats_a, stats_b, equal_nan=True):
+        return False
+    if a.values is None or b.values is None:
+        return a.values is None and b.values is None
+    return a.values.shape == b.values.shape and np.array_equal(a.values, b.values,
+                                                                equal_nan=True)
 
 
 def _non_decreasing(column: pa.ChunkedArray) -> bool:

@@ -38,7 +38,14 @@ from ..format.layout import (
     live_shards,
     trials_dir,
 )
-from ..format.schema import SCHEMA_VERSION, SHARD_SCHEMAS, TRIAL_ID_PATTERN
+from ..format.schema import (
+    FILE_SCHEMAS,
+    RANK,
+    RANK_FIELD,
+    SCHEMA_VERSION,
+    SHARD_SCHEMAS,
+    TRIAL_ID_PATTERN,
+)
 from .index import reason_of, signature
 from .types import SkippedFile
 
@@ -297,22 +304,26 @@ class GroupSQL:
                 # One scan of every trial's files (many trials cost no more than one).
                 # trial_id from the path, <group>/trials/<trial_id>/<table>/<file>: the
                 # query API's name of the trial, also in a copied or renamed folder.
-                # union_by_name: a column added later (rank, ...) shows, null in older
-                # files.
+                # union_by_name: a column added later shows, null in older files.
                 parts.append(
                     f"SELECT parse_path({_FILE_COLUMN})[-3] AS trial_id, "
-                    f"* EXCLUDE (trial_id, {_FILE_COLUMN}) FROM read_parquet([{files}], "
+                    f"* EXCLUDE (trial_id) FROM read_parquet([{files}], "
                     f"filename = {_literal(_FILE_COLUMN)}, union_by_name = true)")
             if table == NOTES_DIR and listing.legacy_notes:
                 con.register("__comgra_legacy_notes",
                              pa.Table.from_pylist(listing.legacy_notes,
                                                   schema=_LEGACY_NOTES_SCHEMA))
                 parts.insert(0, "SELECT * FROM __comgra_legacy_notes")
-            if not parts:
-                con.register(f"__comgra_empty_{table}", _empty(table))
-                parts.append(f"SELECT * FROM __comgra_empty_{table}")
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS "
-                        + " UNION ALL BY NAME ".join(parts))
+            # Every column of the table's files, also where no file has it yet (rank).
+            con.register(f"__comgra_empty_{table}", _empty(table))
+            parts.append(f"SELECT * FROM __comgra_empty_{table}")
+            # The rank of a row: the file's rank column, or (files written before ranks,
+            # the legacy notes) the rank in the file's name, 0 without one.
+            from_name = (f"TRY_CAST(regexp_extract(parse_filename({_FILE_COLUMN}), "
+                         f"'^(?:part|compact)-r([0-9]+)-', 1) AS INTEGER)")
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE ({_FILE_COLUMN}) "
+                        f"REPLACE (CAST(coalesce({RANK}, {from_name}, 0) AS INTEGER) AS {RANK}) "
+                        "FROM (" + " UNION ALL BY NAME ".join(parts) + ")")
 
     # ----- queries -----------------------------------------------------------------------
 
@@ -457,13 +468,14 @@ def _literal(text: str) -> str:
 
 
 def _empty(table: str) -> pa.Table:
-    """An empty table with the columns a table's shards have (trial_id as a string)."""
-    schema = SHARD_SCHEMAS.get(table)
+    """An empty table with the columns a table's files have (trial_id as a string), and
+    the file-name column of the views."""
+    schema = FILE_SCHEMAS.get(table)
     if schema is None:
-        return pa.table({"trial_id": pa.array([], pa.string())})
+        schema = pa.schema([("trial_id", pa.string()), RANK_FIELD])
     fields = [pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
               for f in schema]
-    return pa.schema(fields).empty_table()
+    return pa.schema([*fields, pa.field(_FILE_COLUMN, pa.string())]).empty_table()
 
 
 def _legacy_notes(layout: TrialLayout) -> list[dict]:

@@ -287,32 +287,38 @@ def test_a_live_recorder_new_shards_and_its_compaction(tmp_path, tiny_run_class)
     assert db.sql("SELECT status FROM trials")["status"].tolist() == ["finished"]
 
 
-def test_a_column_files_gain_later_shows_and_is_null_in_older_files(tmp_path, tiny_group):
-    """As the rank column of per-rank recording will: a newer shard with one more column."""
-    from comgra_like.format.layout import part_name, shard_range
+def test_the_rank_column_comes_from_the_files_or_from_their_names(tmp_path, tiny_group):
+    """Files of a distributed recording carry their rank as a column and in their name;
+    files written before ranks have neither and are rank 0's."""
+    from comgra_like.format.layout import part_name, shard_seqs
+    from comgra_like.format.schema import with_rank
 
     path = shutil.copytree(tiny_group, tmp_path / "g")
     folder = path / "trials" / "trial_a" / "kpis"
-    last = max(shard_range(p.name)[1] for p in folder.glob("*.parquet"))
+    last = max(shard_seqs(p.name)[2] for p in folder.glob("*.parquet"))
     old = pq.read_table(folder)
-    newer = old.slice(0, 3).append_column("rank", pa.array([1, 1, 1], pa.int32()))
-    pq.write_table(newer, folder / part_name(last + 1))
+    assert set(old.column("rank").to_pylist()) == {0}
+    plain = old.drop_columns(["rank"])
+    pq.write_table(plain.slice(0, 3), folder / part_name(last + 1))  # before ranks
+    pq.write_table(plain.slice(0, 2), folder / part_name(0, rank=2))  # the name alone
+    pq.write_table(with_rank(plain.slice(0, 1), 1), folder / part_name(0, rank=1))
     got = sql(path, "SELECT trial_id, rank, count(*) AS n FROM kpis GROUP BY ALL ORDER BY ALL")
-    rows = [(t, None if pd.isna(r) else int(r), int(n)) for t, r, n in got.itertuples(index=False)]
+    rows = [(t, int(r), int(n)) for t, r, n in got.itertuples(index=False)]
     total_b = len(pq.read_table(path / "trials" / "trial_b" / "kpis"))
-    assert rows == [("trial_a", 1, 3), ("trial_a", None, len(old)), ("trial_b", None, total_b)]
+    assert rows == [("trial_a", 0, len(old) + 3), ("trial_a", 1, 1), ("trial_a", 2, 2),
+                    ("trial_b", 0, total_b)]
 
 
 def test_tables_come_from_the_layout_and_empty_ones_have_their_columns(tiny_group):
     from comgra_like.format.layout import NOTES_DIR, TABLES
-    from comgra_like.format.schema import SHARD_SCHEMAS
+    from comgra_like.format.schema import FILE_SCHEMAS
 
     db = sql_connect(tiny_group)
     assert set(db.tables) == {"trials", *TABLES, NOTES_DIR}
     for table in (*TABLES, NOTES_DIR):
         columns = db.sql(f"SELECT * FROM {table} LIMIT 0").columns.tolist()
         assert columns[0] == "trial_id"
-        assert set(columns) == set(SHARD_SCHEMAS[table].names)
+        assert set(columns) == set(FILE_SCHEMAS[table].names)
 
 
 def test_bad_queries_and_arguments_are_project_errors(tiny_group, tmp_path):
