@@ -113,11 +113,19 @@ def _per_sample(t: torch.Tensor, batch_dim: int | None, sample: int) -> torch.Te
 def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int], *,
                   sample: int = 0, source_batch_dim: int | None = 0,
                   target_batch_dim: int | None = 0, names: tuple[str, str] = ("a", "b"),
-                  chunk: int | None = None) -> torch.Tensor:
+                  chunk: int | None = None, keep_grads: Sequence[torch.Tensor] = ()
+                  ) -> torch.Tensor:
     """Rows ``rows`` (flat indices into ``target[sample]``) of the Jacobian of
     ``target[sample]`` with respect to ``source[sample]``: shape ``(len(rows),) +
     source[sample].shape``. The graph from source to target must still exist (it is
-    kept: call this as often as needed)."""
+    kept: call this as often as needed).
+
+    A tensor between source and target that retains its gradient (``retain_grad()``,
+    as the recorder does for registered tensors) would get each pass's gradients added
+    to its ``.grad`` -- batched ones, which leak out of the batched pass and break the
+    next one. The ``.grad`` of the tensors in ``keep_grads`` is put back after every
+    pass (FlowChain passes its nodes: register retained tensors as nodes of the chain).
+    """
     if not target.requires_grad or target.grad_fn is None:
         raise GraphError(f"{names[1]!r} is not computed by a differentiable operation: "
                          "there is no graph from it back to any other node")
@@ -138,6 +146,7 @@ def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int
         onehot = torch.zeros(len(idx), n, dtype=flat.dtype, device=flat.device)
         onehot[torch.arange(len(idx)), idx.to(flat.device)] = 1
         _flow_passes.active = True
+        saved = [(t, t.grad) for t in keep_grads if t.retains_grad]
         try:
             (g,) = torch.autograd.grad(flat, source, grad_outputs=onehot, retain_graph=True,
                                        is_grads_batched=True, allow_unused=True)
@@ -150,6 +159,8 @@ def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int
             raise
         finally:
             _flow_passes.active = False
+            for t, grad in saved:
+                t.grad = grad
         if g is None:
             raise GraphError(f"{names[1]!r} does not depend on {names[0]!r}: there is no "
                              "flow between them; pick connected nodes (earlier first)")
@@ -165,8 +176,8 @@ def flow_between(source: torch.Tensor, target: torch.Tensor, grad_target: torch.
                  *, sample: int = 0, source_batch_dim: int | None = 0,
                  target_batch_dim: int | None = 0, rows: Sequence[int] | None = None,
                  max_entries: int = DEFAULT_MAX_ENTRIES, weighting: str = "gradient",
-                 names: tuple[str, str] = ("a", "b")) -> tuple[str, np.ndarray | None,
-                                                               np.ndarray | None]:
+                 names: tuple[str, str] = ("a", "b"), keep_grads: Sequence[torch.Tensor] = ()
+                 ) -> tuple[str, np.ndarray | None, np.ndarray | None]:
     """(status, flow, rows) for one pair: the full flow (shape target[s] + source[s])
     when it has at most ``max_entries`` entries and no ``rows`` are asked for, the asked
     rows otherwise, or ``too_large`` without a matrix."""
@@ -186,7 +197,7 @@ def flow_between(source: torch.Tensor, target: torch.Tensor, grad_target: torch.
     rows_np = np.asarray(list(rows), dtype=np.int64)
     jac = jacobian_rows(source, target, rows_np, sample=sample,
                         source_batch_dim=source_batch_dim, target_batch_dim=target_batch_dim,
-                        names=names)
+                        names=names, keep_grads=keep_grads)
     if weighting == "gradient":
         g = _per_sample(grad_target, target_batch_dim, sample).reshape(-1)[rows_np]
         jac = jac * g.reshape((-1,) + (1,) * len(s_shape)).to(jac.dtype)
@@ -301,7 +312,8 @@ class FlowChain:
         status, flow, row_idx = flow_between(
             a.tensor, b.tensor, b.grad, sample=sample, source_batch_dim=a.batch_dim,
             target_batch_dim=b.batch_dim, rows=rows, max_entries=max_entries,
-            weighting=weighting, names=(a.name, b.name))
+            weighting=weighting, names=(a.name, b.name),
+            keep_grads=[n.tensor for n in self._nodes])
         return Flow(
             source=a.name, target=b.name, sample=sample,
             source_shape=tuple(_per_sample(a.tensor, a.batch_dim, sample).shape),
