@@ -18,8 +18,10 @@ fields early in the chain change least. The field the user just chose is kept fi
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from comgra_like import vocabulary as vocab
@@ -125,11 +127,9 @@ def option_label(field: str, value: Any) -> str:
 
 def rank_options(field: str, options: Sequence[Any], wanted: Any) -> list[Any]:
     """``options`` ordered nearest-first to ``wanted`` (the natural order if nothing is wanted)."""
-    options = list(options)
     if field in ("training_step", "iteration"):
-        if wanted is None:
-            return sorted(options)
-        return sorted(options, key=lambda v: (abs(v - wanted), v))
+        return list(nearest_first(options, wanted))
+    options = list(options)
     if field == "aggregation":
         return sorted(options, key=lambda v: _aggregation_distance(v, wanted))
     if field == "recording_type":
@@ -138,6 +138,31 @@ def rank_options(field: str, options: Sequence[Any], wanted: Any) -> list[Any]:
         return sorted(options, key=lambda v: (v != wanted, v != ANY_TYPE))
     # trial, node, role: the wanted one, else the natural order of the options
     return sorted(options, key=lambda v: v != wanted)
+
+
+def nearest_first(options: Sequence[Any], wanted: Any) -> Iterator[Any]:
+    """Numbers ``options`` nearest-first to ``wanted`` (the smaller one first on a tie;
+    ascending if nothing is wanted), one at a time: the search usually takes the first,
+    and sorting 100,000 steps by distance cost more than the rest of a selector change."""
+    ordered = options if _ascending(options) else sorted(options)
+    if wanted is None:
+        yield from ordered
+        return
+    above = bisect.bisect_left(ordered, wanted)
+    below = above - 1
+    while below >= 0 or above < len(ordered):
+        if above >= len(ordered) or (
+            below >= 0 and wanted - ordered[below] <= ordered[above] - wanted
+        ):
+            yield ordered[below]
+            below -= 1
+        else:
+            yield ordered[above]
+            above += 1
+
+
+def _ascending(values: Sequence[Any]) -> bool:
+    return all(a < b for a, b in zip(values, itertools.islice(values, 1, None)))
 
 
 def _aggregation_distance(key: str, wanted: str | None) -> tuple:
@@ -186,7 +211,11 @@ def relax(
         if field in keep_fields:
             candidates = [wanted.get(field)] if wanted.get(field) in options else []
         else:
-            candidates = rank_options(field, options, wanted.get(field))
+            candidates = (
+                nearest_first(options, wanted.get(field))
+                if field in ("training_step", "iteration")
+                else rank_options(field, options, wanted.get(field))
+            )
         for value in candidates:
             visits += 1
             if visits > max_visits:
