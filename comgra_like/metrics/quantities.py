@@ -173,12 +173,12 @@ def _cached(data: ModuleData, key: str, source: str, make: Callable[[], object])
     return value
 
 
-def _spectrum(data: ModuleData, source: str, *, full: bool) -> np.ndarray:
+def _spectrum(data: ModuleData, source: str, *, full: bool, top: int = 1) -> np.ndarray:
     """Covariance eigenvalue magnitudes of ``source``'s features, descending (cached).
 
     ``full`` asks for all d of them (the condition numbers index into the whole spectrum)
-    and always takes the exact path; otherwise, above spectra.EXACT_MAX_DIM, only the top
-    spectra.DEFAULT_TOP_K come from the randomized method.
+    and always takes the exact path; otherwise, above spectra.EXACT_MAX_DIM, only the
+    ``top`` largest come from the randomized method (the fewer, the cheaper).
     """
     x2d = features_2d(data.get(source), data.module_class)
     exact = data.cache.get(f"{source}:exact")
@@ -187,8 +187,13 @@ def _spectrum(data: ModuleData, source: str, *, full: bool) -> np.ndarray:
     if full or spectra.needs_exact(x2d):
         return _cached(data, f"{source}:exact", source,  # type: ignore[return-value]
                        lambda: spectra.exact_spectrum(x2d))
-    return _cached(data, f"{source}:top", source,  # type: ignore[return-value]
-                   lambda: spectra.top_spectrum(x2d))
+    cached = data.cache.get(f"{source}:top")
+    if (cached is not None and cached[0] is getattr(data, source)  # type: ignore[index]
+            and cached[1].size >= min(top, x2d.shape[1])):  # type: ignore[index]
+        return cached[1]  # type: ignore[index]
+    values = spectra.top_spectrum(x2d, k=top)
+    data.cache[f"{source}:top"] = (getattr(data, source), values)
+    return values
 
 
 def _trace(data: ModuleData, source: str) -> float:
@@ -226,7 +231,8 @@ def _condition(source: str, fraction: float | None) -> Callable[[ModuleData, dic
 
 def _spectrum_vector(source: str) -> Callable[[ModuleData, dict], np.ndarray]:
     def compute(data: ModuleData, state: dict) -> np.ndarray:
-        return np.array(_spectrum(data, source, full=False)[: spectra.DEFAULT_TOP_K])
+        return np.array(_spectrum(data, source, full=False,
+                                  top=spectra.DEFAULT_TOP_K)[: spectra.DEFAULT_TOP_K])
     return compute
 
 
