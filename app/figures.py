@@ -30,6 +30,10 @@ MAX_HEATMAP_CELLS = 250_000
 MAX_INDEXED_HOVER_CELLS = 40_000
 #: The series across steps shows a legend for up to this many types of execution.
 MAX_SERIES_LEGEND = 4
+#: A series with more points is drawn from the smallest and largest value of each of
+#: MAX_SERIES_POINTS // 2 runs of steps: 100,000 points took seconds to send and draw,
+#: and no screen shows more than a few thousand; the extremes keep every spike visible.
+MAX_SERIES_POINTS = 4000
 #: 1-D tensors up to this length are bars; longer ones are wrapped into a matrix.
 MAX_BAR_LENGTH = 128
 
@@ -321,15 +325,17 @@ def series_figure(
         return empty_figure(f"{statistic} does not apply to this tensor", height)
     traces = []
     for toe, part in frame.groupby("type_of_execution", sort=True):
-        part = part.sort_values("training_step")
-        steps = [int(s) for s in part["training_step"]]
+        part = part.sort_values("training_step", kind="stable")
+        values = part["value"].to_numpy(dtype=np.float64)
+        shown = extremes_per_run(values, MAX_SERIES_POINTS)
+        steps = part["training_step"].to_numpy(np.int64)[shown].tolist()
         name = plot_text(toe)
         traces.append(
             {
                 "type": "scatter",
                 "x": steps,
-                "y": part["value"].to_numpy(dtype=np.float64),
-                "mode": "lines+markers",
+                "y": values[shown],
+                "mode": "lines+markers" if len(shown) == len(values) else "lines",
                 "name": name,
                 "marker": {"size": 6},
                 "customdata": steps,  # a click selects this step
@@ -355,6 +361,26 @@ def series_figure(
     if several and not title:
         layout["margin"] = {**_MARGIN, "t": 28}
     return {"data": traces, "layout": layout}
+
+
+def extremes_per_run(values: np.ndarray, max_points: int) -> np.ndarray:
+    """Indexes of the points to draw, in order: all of them when there are at most
+    ``max_points``, else the first and last point and the smallest and largest value of
+    each of ``max_points // 2`` runs of consecutive points."""
+    n = len(values)
+    if n <= max_points:
+        return np.arange(n)
+    runs = max(1, max_points // 2)
+    starts = np.linspace(0, n, runs + 1).astype(np.int64)[:-1]
+    lowest = np.minimum.reduceat(values, starts)
+    highest = np.maximum.reduceat(values, starts)
+    run_of = np.repeat(np.arange(runs), np.diff(np.append(starts, n)))
+    at_low = np.flatnonzero(values == lowest[run_of])
+    at_high = np.flatnonzero(values == highest[run_of])
+    # the first point of each run that takes the run's extreme
+    low = at_low[np.unique(run_of[at_low], return_index=True)[1]]
+    high = at_high[np.unique(run_of[at_high], return_index=True)[1]]
+    return np.unique(np.concatenate([[0, n - 1], low, high]))
 
 
 def step_marker_shapes(current_step: int | None) -> list[dict]:

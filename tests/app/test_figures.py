@@ -119,6 +119,23 @@ def test_series_figure_one_line_per_type_and_step_marker():
     assert not single["layout"]["showlegend"]
 
 
+def test_series_of_100000_steps_draws_a_bounded_number_of_points_with_every_spike():
+    rng = np.random.default_rng(0)
+    steps = np.arange(100_000)
+    values = rng.normal(size=steps.size)
+    values[[12_345, 87_654]] = [40.0, -40.0]  # one spike each way
+    frame = pd.DataFrame({"training_step": steps, "type_of_execution": "train",
+                          "iteration": 0, "value": values})
+    fig = figures.series_figure(frame, "mean", current_step=5)
+    trace = fig["data"][0]
+    assert len(trace["x"]) <= figures.MAX_SERIES_POINTS + 2
+    assert {12_345, 87_654, 0, 99_999} <= set(trace["x"])
+    assert trace["customdata"] == trace["x"] and trace["x"] == sorted(trace["x"])
+    assert max(trace["y"]) == 40.0 and min(trace["y"]) == -40.0
+    small = figures.series_figure(frame.iloc[:1000], "mean", current_step=5)["data"][0]
+    assert small["x"] == list(range(1000)) and "markers" in small["mode"]
+
+
 def test_figures_are_valid_plotly_figures():
     for fig in [
         figures.neuron_figure(np.ones((3, 4))),
