@@ -30,13 +30,15 @@ from .errors import (
     StorageError,
     TrainingStepError,
 )
-from .format.layout import TrialLayout
+from .format.files import is_object_store
+from .format.layout import TrialLayout, trial_lock
 from .format.schema import (
     MAX_TRIAL_ID_LENGTH,
     SCHEMA_VERSION,
     TRIAL_ID_PATTERN,
     TYPE_OF_EXECUTION_PATTERN,
 )
+from .format.trial import replace_object_trial
 from .objects import DecisionMakerForRecordings
 from .record.capture import Capturer
 from .record.graph import GraphExtractor
@@ -771,6 +773,9 @@ def _prepare_trial_folder(trial_path: Path) -> TrialLock:
     the group's ``trials`` folder, and a symbolic link is refused rather than followed.
     Folders that cannot be made give a StorageError that names them.
     """
+    if is_object_store(trial_path):  # s3://: no folders, no lock file (format/trial.py)
+        replace_object_trial(trial_path)
+        return TrialLock(None, trial_lock(trial_path.parent.parent, trial_path.name))
     trials = trial_path.parent
     try:
         trials.mkdir(parents=True, exist_ok=True)

@@ -1,28 +1,48 @@
 """The filesystem seam: every file the writer process and compaction read or write goes
 through one :class:`Files` object.
 
-Today it is the local disk (:data:`LOCAL`). Names per writer (ranks) and object storage
-(written whole under a unique final name: objects cannot be renamed or appended) plug in
-here later as other implementations of the same methods, so that the writer, the shard
-buffer and compaction stay as they are. Writes are atomic: a file is written under a
-hidden name (``.<name>.<random>.tmp``, which readers skip) and renamed into place, so a
-reader sees the old state or the whole file, never a part.
+Two implementations of the same methods, so that the writer, the shard buffer,
+compaction and the query index stay as they are:
+
+- :data:`LOCAL`, the local disk (the default). Writes are atomic: a file is written under
+  a hidden name (``.<name>.<random>.tmp``, which readers skip) and renamed into place, so
+  a reader sees the old state or the whole file, never a part.
+- :class:`ObjectFiles`, an S3-compatible object store through pyarrow's filesystem layer
+  (``s3://bucket/prefix``). Objects cannot be renamed or appended: every file is built
+  whole in memory (or in a local temporary file, for compaction) and stored with one
+  upload under its final name. S3 makes an upload atomic (a reader sees the whole object
+  or none) and an overwrite too (the old object or the new one), which is what the
+  rename gives on disk.
+
+:func:`files_for` picks one from a location. Inside the code an object-store location
+is an ordinary ``Path``: ``Path("s3://b/k")`` is ``s3:/b/k``, so the layout's path
+arithmetic works unchanged and :func:`files_for` recognises the ``s3:`` part again (in
+any process: the writer process gets the location as a string).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ..errors import ConfigurationError, StorageError
 from .schema import MAX_ROWS_PER_ROW_GROUP
+
+#: ``s3://bucket/key``, and the same after ``Path`` joined the slashes (``s3:/bucket/key``).
+_S3_RE = re.compile(r"^s3:/+(?P<key>.*)\Z", re.DOTALL)
 
 
 def parquet_encodings(schema: pa.Schema) -> dict:
@@ -52,10 +72,33 @@ def parquet_encodings(schema: pa.Schema) -> dict:
 
 
 class Files:
-    """The local file system, the only implementation so far.
+    """The local file system (and the methods every implementation has).
 
-    Paths are absolute ``Path`` objects built with :mod:`comgra_like.format.layout`.
+    Paths are ``Path`` objects built with :mod:`comgra_like.format.layout`.
     """
+
+    remote = False
+
+    def display(self, path: str | os.PathLike) -> str:
+        """How ``path`` is named in messages (an object-store location as its URI)."""
+        return str(path)
+
+    def arrow(self, path: str | os.PathLike) -> tuple[pafs.FileSystem | None, str]:
+        """(filesystem, path) for pyarrow's readers (``pq.read_table(p, filesystem=fs)``,
+        ``pyarrow.dataset``): None is the local disk."""
+        return None, str(path)
+
+    def is_dir(self, path: Path) -> bool:
+        return os.path.isdir(path)
+
+    def signature(self, path: Path) -> tuple[int, int] | None:
+        """(modification time, size), None when the file cannot be looked at: a file that
+        is replaced gets a new one."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
 
     # ----- reading ----------------------------------------------------------------------
 
@@ -80,10 +123,14 @@ class Files:
         return json.loads(self.read_bytes(path).decode("utf-8"))
 
     def parquet_metadata(self, path: Path) -> pq.FileMetaData:
-        return pq.read_metadata(path)
+        fs, p = self.arrow(path)
+        return pq.read_metadata(p, filesystem=fs)
 
-    def read_parquet(self, path: Path, schema: pa.Schema | None = None) -> pa.Table:
-        return pq.read_table(path, schema=schema)
+    def read_parquet(self, path: Path, schema: pa.Schema | None = None,
+                     **options: Any) -> pa.Table:
+        """``pq.read_table`` of one file (``options``: columns, filters, ...)."""
+        fs, p = self.arrow(path)
+        return pq.read_table(p, schema=schema, filesystem=fs, **options)
 
     # ----- writing (atomic) -------------------------------------------------------------
 
@@ -159,5 +206,174 @@ def _remove_quietly(path: str | os.PathLike) -> None:
         pass
 
 
-#: The local disk: what every writer uses today.
+#: The local disk: the default of every writer and reader.
 LOCAL = Files()
+
+
+class ObjectFiles(Files):
+    """An S3-compatible object store through a pyarrow filesystem.
+
+    Paths are ``Path("s3://bucket/key")`` (written ``s3:/bucket/key``); the object's key
+    in pyarrow's terms is ``bucket/key``. There are no folders: a folder is a key prefix,
+    which exists while an object is under it. Every write is one whole upload under the
+    final name (module docstring), so no hidden temporary names are ever made.
+    """
+
+    remote = True
+
+    def __init__(self, filesystem: pafs.FileSystem, scheme: str = "s3"):
+        self.fs = filesystem
+        self.scheme = scheme
+
+    def key(self, path: str | os.PathLike) -> str:
+        m = _S3_RE.match(str(path))
+        if m is None:
+            raise StorageError(f"{path} is not an {self.scheme}:// location")
+        return m.group("key").rstrip("/")
+
+    def display(self, path: str | os.PathLike) -> str:
+        return f"{self.scheme}://{self.key(path)}"
+
+    def arrow(self, path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
+        return self.fs, self.key(path)
+
+    def _info(self, path: Path) -> pafs.FileInfo:
+        return self.fs.get_file_info(self.key(path))
+
+    # ----- reading ----------------------------------------------------------------------
+
+    def list(self, folder: Path) -> list[str]:
+        """The names under the prefix ``folder/`` (one listing request, paged by S3)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
+                                                            allow_not_found=True))
+        except (OSError, pa.ArrowException):
+            return []
+        return [info.base_name for info in infos]
+
+    def exists(self, path: Path) -> bool:
+        return self._info(path).type != pafs.FileType.NotFound
+
+    def is_file(self, path: Path) -> bool:
+        return self._info(path).type == pafs.FileType.File
+
+    def is_dir(self, path: Path) -> bool:
+        return self._info(path).type == pafs.FileType.Directory
+
+    def signature(self, path: Path) -> tuple[int, int] | None:
+        """(modification time, size) of an object; for JSON objects, which are replaced
+        whole (trial.json's status), a hash of the content instead of the time: S3 keeps
+        the time to the second, so two versions of equal size written within one second
+        would look the same (pyarrow does not expose the ETag)."""
+        try:
+            info = self._info(path)
+            if info.type != pafs.FileType.File:
+                return None
+            if str(path).endswith(".json"):
+                digest = hashlib.blake2b(self.read_bytes(path), digest_size=8).digest()
+                return int.from_bytes(digest, "big"), info.size
+            return info.mtime_ns or 0, info.size
+        except (OSError, pa.ArrowException):
+            return None
+
+    def read_bytes(self, path: Path) -> bytes:
+        with self.fs.open_input_stream(self.key(path)) as f:
+            return f.read()
+
+    # ----- writing (whole objects) ------------------------------------------------------
+
+    def write_bytes(self, path: Path, data: bytes) -> None:
+        """One upload of ``data``: readers see the old object, or none, or the whole new one."""
+        with self.fs.open_output_stream(self.key(path)) as f:
+            f.write(data)
+
+    def write_parquet(self, path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
+        # Built whole in memory first: an upload that started could only be completed
+        # with what it has, and a failure half-way would then store a part of the file.
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=row_group_size or MAX_ROWS_PER_ROW_GROUP,
+                       **parquet_encodings(table.schema))
+        self.write_bytes(path, sink.getvalue().to_pybytes())
+
+    def write_parquet_stream(self, path: Path, schema: pa.Schema, tables: Iterable[pa.Table],
+                             row_group_size: int) -> int:
+        """Compaction's merged file: written to a local temporary file (memory stays
+        bounded by the largest shard), then uploaded whole."""
+        fd, tmp = tempfile.mkstemp(prefix=".comgra_like-compact-", suffix=".parquet")
+        os.close(fd)
+        try:
+            rows = LOCAL.write_parquet_stream(Path(tmp), schema, tables, row_group_size)
+            pafs.copy_files(tmp, self.key(path), source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.fs)
+        finally:
+            _remove_quietly(tmp)
+        return rows
+
+    def make_folder(self, path: Path) -> None:
+        """Nothing to do: a prefix exists once an object is stored under it."""
+
+    def remove(self, path: Path) -> None:
+        try:
+            self.fs.delete_file(self.key(path))
+        except FileNotFoundError:
+            pass
+
+    def remove_tree(self, path: Path) -> None:
+        try:
+            self.fs.delete_dir(self.key(path))
+        except FileNotFoundError:
+            pass
+
+
+def is_object_store(location: str | os.PathLike) -> bool:
+    """Whether ``location`` is an ``s3://`` URI (or a ``Path`` made of one)."""
+    return _S3_RE.match(str(location)) is not None
+
+
+def s3_options() -> dict[str, Any]:
+    """pyarrow's S3FileSystem options from the standard environment variables.
+
+    Credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+    profiles, instance roles) are left to the AWS SDK's own chain. The endpoint of an
+    S3-compatible server comes from ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``
+    (``http://host:port`` or ``https://...``), the region from ``AWS_REGION`` or
+    ``AWS_DEFAULT_REGION``.
+    """
+    options: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigurationError(
+                f"the S3 endpoint {endpoint!r} (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL) is "
+                "not a URL like http://127.0.0.1:9000 or https://s3.example.com")
+        options["endpoint_override"] = parts.netloc
+        options["scheme"] = parts.scheme
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["region"] = region
+    return options
+
+
+_OBJECT_FILES: dict[tuple, ObjectFiles] = {}
+_OBJECT_FILES_LOCK = threading.Lock()
+
+
+def files_for(location: str | os.PathLike) -> Files:
+    """The :class:`Files` of a location: :data:`LOCAL` for a path, an :class:`ObjectFiles`
+    for ``s3://bucket/prefix`` (one per endpoint and region in a process, built from the
+    environment: :func:`s3_options`)."""
+    if not is_object_store(location):
+        return LOCAL
+    options = s3_options()
+    key = tuple(sorted(options.items()))
+    with _OBJECT_FILES_LOCK:
+        files = _OBJECT_FILES.get(key)
+        if files is None:
+            try:
+                fs = pafs.S3FileSystem(**options)
+            except (OSError, pa.ArrowException) as e:
+                raise StorageError(f"cannot open S3 for {location} ({e}); check the AWS_* "
+                                   "environment variables") from e
+            files = _OBJECT_FILES[key] = ObjectFiles(fs)
+    return files

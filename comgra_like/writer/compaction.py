@@ -4,7 +4,8 @@ Reading costs about 1-2 ms per file regardless of its size, so a finished trial 
 thousands of shards is merged into one file per kind. The merged file is written
 first (atomically) and the sources are deleted afterwards, so a crash at any point
 leaves a trial that reads the same data: readers ignore sources a ``compact`` file
-covers (see :func:`comgra_like.format.layout.live_shards`).
+covers (see :func:`comgra_like.format.layout.live_shards`). On object storage the same
+order holds: the merged object is uploaded whole, then the sources are deleted.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import StorageError
-from ..format.files import LOCAL, Files
+from ..format.files import Files, files_for
 from ..format.layout import TrialLayout, compact_name, live_shards, shard_range
 from ..format.schema import SHARD_SCHEMAS, row_group_size
 
 log = logging.getLogger("comgra_like")
 
 
-def compact_trial(trial_dir: str | os.PathLike, files: Files = LOCAL) -> dict[str, int]:
+def compact_trial(trial_dir: str | os.PathLike, files: Files | None = None) -> dict[str, int]:
     """Merge the shards of one trial; returns how many files were merged per kind.
 
     Only call it on a trial no process is writing to (the writer calls it when the
@@ -31,6 +32,7 @@ def compact_trial(trial_dir: str | os.PathLike, files: Files = LOCAL) -> dict[st
     in the log.
     """
     trial = TrialLayout(Path(trial_dir))
+    files = files or files_for(trial_dir)
     if not files.is_file(trial.trial_json):
         raise StorageError(f"{trial.root} is not a trial folder (no trial.json in it)")
     merged = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.files import LOCAL, Files
+from ..format.files import Files, files_for
 from ..format.layout import STEPS, TrialLayout, part_name, shard_range
 from ..format.schema import SHARD_SCHEMAS, SORT_KEYS, row_group_size
 
@@ -60,10 +60,10 @@ class ShardBuffer:
         flush_bytes: int = 32 * 2**20,
         flush_seconds: float = 1.0,
         background: bool = False,
-        files: Files = LOCAL,
+        files: Files | None = None,
     ):
         self.trial = TrialLayout(Path(trial_dir))
-        self.files = files
+        self.files = files or files_for(trial_dir)
         self.flush_rows = flush_rows
         self.flush_bytes = flush_bytes
         self.flush_seconds = flush_seconds

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..format.files import LOCAL, Files
+from ..format.files import Files, files_for
 from ..format.graphs import is_graph_digest
 from ..format.layout import KPIS, MODULE_STEPS, NOTES_DIR, STEPS, TrialLayout
 from ..format.notes import NOTES_SCHEMA
@@ -68,11 +68,13 @@ class Worker:
     trial.json, modules.json, graphs, the shards of every table, compaction.
     """
 
-    def __init__(self, start: Start, background_writes: bool = True, files: Files = LOCAL):
+    def __init__(self, start: Start, background_writes: bool = True,
+                 files: Files | None = None):
         self.trial_id = start.trial_id
         self.trial_dir = Path(start.trial_dir)
         self.trial = TrialLayout(self.trial_dir)
-        self.files = files
+        # an s3:// trial folder gets its object store (from the environment), else the disk
+        self.files = files = files or files_for(start.trial_dir)
         self._trial_json = start.trial
         self._graphs_written: set[str] = set()
         self.shards = ShardBuffer(self.trial_dir, background=background_writes,
