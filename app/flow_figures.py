@@ -292,9 +292,20 @@ def sankey_figure(model: SankeyModel, *, title: str = "", height: int = 420) -> 
         top = max(abs(v) for v in model.link_value) or 1.0
         colours = [(POSITIVE if v >= 0 else NEGATIVE).format(
             a=round(0.25 + 0.6 * abs(v) / top, 3)) for v in model.link_value]
+        # Each node in the column of its layer: plotly would put a node without incoming
+        # links (a partial flow's sources, the units it has no rows for) in the first one.
+        layers = max(model.node_layer) + 1
+        count = [model.node_layer.count(k) for k in range(layers)]
+        seen = [0] * layers
+        x, y = [], []
+        for k in model.node_layer:
+            x.append(0.001 + 0.998 * k / max(1, layers - 1))
+            y.append(0.001 + 0.998 * (seen[k] + 0.5) / count[k])
+            seen[k] += 1
         fig = go.Figure(go.Sankey(
             arrangement="snap",
             node={"label": [plot_text(label) for label in model.labels], "pad": 4, "thickness": 12,
+                  "x": x, "y": y,
                       "color": [LAYER_COLOURS[k % len(LAYER_COLOURS)] for k in model.node_layer],
                       "hovertemplate": "%{label}<extra></extra>"},
             link={"source": model.link_source, "target": model.link_target,
@@ -321,9 +332,10 @@ def summary_lines(model: SankeyModel, shapes: Mapping[str, Sequence[int]],
             lines.append(f"{pair}: {entry['above']} links above the threshold, "
                          f"{entry['drawn']} drawn")
         elif entry["status"] == PARTIAL:
-            lines.append(f"{pair}: partial flow, only the rows of {entry['rows']} units of "
-                         f"{entry['target']} were computed; {entry['above']} links above "
-                         f"the threshold, {entry['drawn']} drawn")
+            rows = (f"the row of 1 unit of {entry['target']} was" if entry["rows"] == 1
+                    else f"the rows of {entry['rows']} units of {entry['target']} were")
+            lines.append(f"{pair}: partial flow, only {rows} computed; {entry['above']} links "
+                         f"above the threshold, {entry['drawn']} drawn")
         else:
             lines.append(f"{pair}: no matrix stored ({entry['status']}): click a unit of "
                          f"{entry['target']} on the heatmaps to compute its row")

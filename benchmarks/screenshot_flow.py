@@ -1,16 +1,22 @@
 """A screenshot of the Flow page (issue 18) for the README: docs/screenshots/flow.png.
 
     python benchmarks/screenshot_flow.py [--out docs/screenshots/flow.png] [--size 1280x1000]
+    python benchmarks/screenshot_flow.py --walkthrough [--out docs/screenshots/flow_rows.png]
 
 Records a small conv net (input 1x8x8 -> conv1 4x4x4, stride 2 -> conv2 4x4x4) with the
 ComgraRecorder, stores its flows, and one edit of the input served the way
 ``comgra_like.probe.serve`` does (needs torch); the page shows the edit's Sankey next to
 the one before it, the heatmaps with a unit of conv1 clicked, and the input editor.
+
+``--walkthrough``: the README's walk-through instead (scripts/flow_walkthrough.py run as
+a process, conv1 -> conv2 stored without its matrix): a unit of conv2 clicked, its row
+asked for with "compute this unit's row" and shown once the script has served it.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,13 +80,100 @@ def record(root: Path) -> Path:
     return group
 
 
+CLICK_UNIT = """
+const gd = document.querySelector('#flow-heatmaps .js-plotly-plot');
+const t = gd._fullData[arguments[0]];
+let row = -1, col = -1;
+Array.from(t.customdata).forEach((r, i) => Array.from(r).forEach((v, j) => {
+  if (Number(v) === arguments[1]) { row = i; col = j; } }));
+const name = (a) => (a === 'x' || a === 'y' || !a) ? '' : a.slice(1);
+const xa = gd._fullLayout['xaxis' + name(t.xaxis)];
+const ya = gd._fullLayout['yaxis' + name(t.yaxis)];
+const box = gd.getBoundingClientRect();
+const drag = gd.querySelector('.nsewdrag[data-subplot="x' + name(t.xaxis) + 'y'
+                              + name(t.yaxis) + '"]');
+const r = drag.getBoundingClientRect();
+return [drag, box.left + xa._offset + xa.l2p(col) - (r.left + r.width / 2),
+        box.top + ya._offset + ya.l2p(row) - (r.top + r.height / 2)];
+"""
+
+
+def wait_for(driver, script: str, bound: float = 120) -> None:
+    end = time.time() + bound
+    while time.time() < end and not driver.execute_script(script):
+        time.sleep(0.2)
+
+
+def walkthrough(out: str, width: int, height: int) -> None:
+    """The walk-through's page: a unit of conv2 clicked and its row computed on demand."""
+    from comgra_like.app import create_app
+    from selenium.webdriver.common.action_chains import ActionChains
+    from werkzeug.serving import make_server
+
+    from comgra_like.format import flow_requests as fr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        group = Path(tmp) / "flow_demo"
+        proc = subprocess.Popen([sys.executable, "-m", "comgra_like.scripts.flow_walkthrough",
+                                 "--path", tmp, "--max-entries", "100000", "--max-rows", "1",
+                                 "--timeout", "600"])
+        driver = server = None
+        try:
+            end = time.time() + 600
+            while time.time() < end and not fr.serving(group, "bars").alive:
+                time.sleep(0.5)
+            app = create_app(group, refresh_seconds=1.0)
+            port = _free_port()
+            server = make_server("127.0.0.1", port, app.server, threaded=True)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            driver = _driver(width, height)
+            driver.get(f"http://127.0.0.1:{port}/flow")
+            wait_for(driver, "const gd = document.querySelector('#flow-heatmaps "
+                     ".js-plotly-plot'); return !!(gd && gd._fullData && "
+                     "gd._fullData.length >= 4);")
+            time.sleep(1)
+            driver.execute_script("document.querySelector('#flow-heatmaps')"
+                                  ".scrollIntoView({block: 'center'});")
+            element, dx, dy = driver.execute_script(CLICK_UNIT, 2, 50)  # conv2 map 1, y 2, x 2
+            chain = ActionChains(driver).move_to_element(element)
+            chain.move_by_offset(round(dx) - 1, round(dy)).pause(0.1)
+            chain.move_by_offset(1, 0).pause(0.3).click().perform()
+            wait_for(driver, "const b = document.querySelector('#flow-row-box');"
+                     "return b && b.style.display !== 'none';", 30)
+            button = driver.find_element("css selector", "#flow-row-button")
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+            ActionChains(driver).move_to_element(button).pause(0.2).click().perform()
+            wait_for(driver, "const s = document.querySelector('#flow-row-status');"
+                     "return s && s.textContent.startsWith('Computed');", 120)
+            time.sleep(2)
+            driver.execute_script("document.querySelector('#flow-summary')"
+                                  ".scrollIntoView({block: 'start'});")
+            driver.execute_script("window.scrollBy(0, -70);")
+            time.sleep(0.5)
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(out)
+            print(f"wrote {out}")
+        finally:
+            if driver is not None:
+                driver.quit()
+            if server is not None:
+                server.shutdown()
+            proc.wait(timeout=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=str(Path(__file__).parents[1] / "docs" / "screenshots"
-                                        / "flow.png"))
+    p.add_argument("--out", default=None, help="default: docs/screenshots/flow.png, or "
+                   "flow_rows.png with --walkthrough")
     p.add_argument("--size", default="1280x1000")
+    p.add_argument("--walkthrough", action="store_true")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.split("x"))
+    shots = Path(__file__).parents[1] / "docs" / "screenshots"
+    if args.walkthrough:
+        walkthrough(args.out or str(shots / "flow_rows.png"), width, height)
+        return 0
+    args.out = args.out or str(shots / "flow.png")
     from comgra_like.app import create_app
     from selenium.webdriver.common.action_chains import ActionChains
     from werkzeug.serving import make_server

@@ -64,7 +64,7 @@ def test_a_clicked_units_row_is_computed_on_demand(dash_duo, tmp_path):
             timeout=10)
         assert "highlight input" in trace_names(dash_duo, page.HEATMAPS)
         dash_duo.wait_for_contains_text(
-            f"#{page.SUMMARY}", "input → conv1: partial flow, only the rows of 1 units",
+            f"#{page.SUMMARY}", "input → conv1: partial flow, only the row of 1 unit of conv1 was computed",
             timeout=10)
         wait_until(lambda: (links(dash_duo) or 0) > drawn, what="the row's links drawn")
         assert dash_duo.find_element(f"#{page.ROW_BOX}").value_of_css_property(

@@ -3,6 +3,7 @@ the page knows which clicked unit lacks its row (missing_row)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +55,20 @@ def test_stored_rows_come_first_and_complete_flows_are_left_alone():
     assert ff.with_rows(whole, [flow("partial", rows_of(2.0), rows=(0,))]) is whole
     assert ff.missing_row([whole], "b", 2) is None
     assert ff.with_rows(flow("too_large", None), []).info.status == "too_large"
+
+
+def test_sankey_nodes_stay_in_their_layers_column():
+    """A partial flow's target units without rows have no incoming link; plotly would
+    draw them in the first column. Each node is placed in its layer's column."""
+    joined = ff.with_rows(flow("too_large", None, record="f1"),
+                          [flow("partial", rows_of(1.0), rows=(1,), record="f2")])
+    second = flow("complete", np.arange(6, dtype=np.float32).reshape(2, 3) + 1,
+                  source="b", target="c", position=1)
+    second.info = dataclasses.replace(second.info, source_shape=(3,), target_shape=(2,))
+    grouped = [ff.grouped_flow(joined, (1, 1), (1,)), ff.grouped_flow(second, (1,), (1,))]
+    model = ff.sankey_model(grouped, {"a": (2, 2), "b": (3,), "c": (2,)}, 0.0)
+    layer_b = [k for k, (name, _) in enumerate(model.node_key) if name == "b"]
+    assert len(layer_b) == 3  # units 0 and 2 of b have no rows into them
+    x = ff.sankey_figure(model).data[0].node.x
+    assert {round(x[k], 3) for k in layer_b} == {0.5}
+    assert {round(x[k], 3) for k, (n, _) in enumerate(model.node_key) if n == "a"} == {0.001}
