@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
+from ..format.files import files_for
 from ..format.layout import shard_rank
 from ..format.schema import RANK
 from ..vocabulary import ALL_STATISTICS, BATCH_AGGREGATIONS, NO_BATCH, STATISTICS
@@ -70,7 +71,7 @@ DEFAULT_CACHE_BYTES = 256 * 2**20
 
 # What the group caches; a key is (the group's namespace, one of these, trial id, step or
 # file name), so that groups and the GUI can share one cache without mixing values up.
-_STEP, _LIST, _SERIES = "step", "list", "series_index"
+_STEP, _LIST, _SERIES, _COLUMN = "step", "list", "series_index", "column"
 _NAMESPACES = itertools.count()
 
 T = TypeVar("T")
@@ -130,7 +131,8 @@ class Group:
         for trial_id in update.forgotten_trials:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)
         for trial_id, name in update.gone_files:
-            self._drop(lambda kind, t, x, key=(_SERIES, trial_id, name): (kind, t, x) == key)
+            self._drop(lambda kind, t, x, trial_id=trial_id, name=name: t == trial_id and (
+                (kind == _SERIES and x == name) or (kind == _COLUMN and x[0] == name)))
         for trial_id, lo, hi in update.repaired:  # steps read without the file read again
             self._drop(lambda kind, t, x, trial_id=trial_id, lo=lo, hi=hi:
                        kind in (_STEP, _LIST) and t == trial_id and lo <= x <= hi)
@@ -440,6 +442,17 @@ class Group:
         self._cache.put(key, index, index.nbytes)
         return index
 
+    def _statistic_column(self, trial_id: str, f: TensorFile, statistic: str) -> np.ndarray:
+        """One statistic of every row of a tensors file (cached: the next tensor's series
+        of the same statistic is a ``take``)."""
+        key = self._key(_COLUMN, trial_id, (f.name, statistic))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        values = self._series_index(trial_id, f).read_statistic(statistic)
+        self._cache.put(key, values, values.nbytes)
+        return values
+
     def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
                     aggregation: str, statistic: str, iteration: int | None = None,
                     sample_index: int = -1, type_of_execution: str | None = None,
@@ -457,10 +470,14 @@ class Group:
             if read is None:
                 continue
             f, index = read
-            frame = index.series(node, role, recording_type, aggregation, int(sample_index),
-                                 statistic)
-            if frame is None:
+            rows = index.rows(node, role, recording_type, aggregation, int(sample_index))
+            if rows is None:
                 continue
+            read = self._read_file(trial, f, lambda f: self._statistic_column(trial_id, f,
+                                                                              statistic), set())
+            if read is None:
+                continue
+            frame = index.series(rows, read[1])
             if f.served != (f.min_step, f.max_step):  # stands in for files a compaction merged
                 frame = frame[frame["training_step"].between(*f.served)]
             if iteration is not None:
@@ -712,12 +729,19 @@ def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, 
                cache: ByteLRU | None = None) -> Group:
     """Open a group folder (``<comgra_root_path>/<group>``) and index what is there."""
     path = Path(path)
-    if not path.exists():
+    files = files_for(path)
+    if files.remote:  # s3://bucket/prefix/group: a prefix exists once objects are under it
+        if not files.is_dir(path):
+            raise NotFoundError(
+                f"nothing is stored under {files.display(path)}; pass "
+                "s3://<bucket>/<prefix>/<group> with the comgra_root_path the recorder wrote to "
+                "(and the same AWS_* environment variables)")
+    elif not path.exists():
         raise NotFoundError(
             f"{path} does not exist; pass the folder <comgra_root_path>/<group> that the "
             "recorder writes to"
         )
-    if not path.is_dir():
+    elif not path.is_dir():
         raise NotFoundError(f"{path} is not a folder; pass a group folder")
     group = Group(path, cache_bytes=cache_bytes, cache=cache)
     group.refresh()

@@ -57,51 +57,79 @@ def overlapping(files: Iterable[TensorFile]) -> bool:
 
 
 class SeriesIndex:
-    """The statistics of one tensors file, grouped by tensor (no values).
+    """Which rows of one tensors file belong to which tensor (no statistics, no values).
 
     Rows are grouped once, by the dictionary codes of node, role, recording type and
     aggregation plus the sample index, so a series is a lookup and a ``take`` instead of
-    a scan that compares strings over the whole trial.
+    a scan that compares strings over the whole trial. It keeps 4 bytes per row (the
+    grouped row order) and one entry per (step, iteration): the file's rows are sorted
+    by step and iteration (docs/FORMAT.md), so a row's step is found by bisection. The
+    statistics are read column by column when asked for (:meth:`read_statistic`): a
+    trial of 100,000 steps has ~15 million rows, and holding every statistic of every
+    row took ~2 GB, more than any cache bound.
     """
 
-    COLUMNS = ("training_step", "type_of_execution", "iteration", "node", "role",
-               "recording_type", "aggregation", "sample_index", *ALL_STATISTICS)
+    KEY_COLUMNS = ("training_step", "type_of_execution", "iteration", "node", "role",
+                   "recording_type", "aggregation", "sample_index")
     KEYS = ("node", "role", "recording_type", "aggregation")
 
-    def __init__(self, columns: dict[str, np.ndarray], dictionaries: dict[str, list[str]],
+    def __init__(self, path: Path, codes: dict[str, dict[str, int]], radix: list[int],
                  order: np.ndarray, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                 radix: list[int]):
-        self.columns = columns
-        self.codes = {k: {v: i for i, v in enumerate(d)} for k, d in dictionaries.items()}
-        self.toe_values = np.asarray(dictionaries["type_of_execution"], dtype=object)
-        self.order, self.keys, self.starts, self.ends, self.radix = order, keys, starts, ends, radix
-        self.nbytes = (sum(c.nbytes for c in columns.values()) + order.nbytes + keys.nbytes
-                       + starts.nbytes + ends.nbytes)
+                 pair_starts: np.ndarray, pair_steps: np.ndarray, pair_iterations: np.ndarray,
+                 pair_toe: np.ndarray):
+        self.path = path
+        self.codes, self.radix = codes, radix
+        self.order, self.keys, self.starts, self.ends = order, keys, starts, ends
+        self.pair_starts, self.pair_steps = pair_starts, pair_steps
+        self.pair_iterations, self.pair_toe = pair_iterations, pair_toe
+        self.num_rows = len(order)
+        self.nbytes = sum(a.nbytes for a in (order, keys, starts, ends, pair_starts,
+                                               pair_steps, pair_iterations)) + 64 * len(pair_toe)
 
     @classmethod
     def build(cls, path: Path) -> SeriesIndex:
-        table = pq.read_table(path, columns=list(cls.COLUMNS), schema=TENSORS_SCHEMA)
-        table = table.unify_dictionaries().combine_chunks()
+        table = pq.read_table(path, columns=list(cls.KEY_COLUMNS), schema=TENSORS_SCHEMA)
         columns, dictionaries = {}, {}
-        for name in cls.COLUMNS:
+        for name in cls.KEY_COLUMNS:
             col = table.column(name)
-            arr = col.chunk(0) if col.num_chunks else pa.array([], col.type)
             if pa.types.is_dictionary(col.type):
-                dictionaries[name] = arr.dictionary.to_pylist()
-                columns[name] = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+                columns[name], dictionaries[name] = _dictionary_codes(col)
             else:
-                columns[name] = arr.to_numpy(zero_copy_only=False)
+                columns[name] = col.to_numpy()
+        n = table.num_rows
+        del table
+        steps, iterations = columns.pop("training_step"), columns.pop("iteration")
+        pair_change = np.ones(n, bool)
+        if n > 1:
+            pair_change[1:] = (steps[1:] != steps[:-1]) | (iterations[1:] != iterations[:-1])
+        pair_starts = np.flatnonzero(pair_change)
+        pair_steps, pair_iterations = steps[pair_starts], iterations[pair_starts]
+        toe = np.asarray(dictionaries["type_of_execution"], dtype=object)
+        toe_codes = columns.pop("type_of_execution")
+        pair_toe = toe[toe_codes[pair_starts]]
+        sorted_pairs = bool(np.all((pair_steps[1:] > pair_steps[:-1]) | (
+            (pair_steps[1:] == pair_steps[:-1]) & (pair_iterations[1:] > pair_iterations[:-1]))))
+        if not sorted_pairs:  # not the writer's order: one entry per row instead
+            pair_starts = np.arange(n)
+            pair_steps, pair_iterations = steps, iterations
+            pair_toe = toe[toe_codes]
+        del steps, iterations, toe_codes
         samples = columns["sample_index"].astype(np.int64) + 1  # -1 -> 0
         radix = [len(dictionaries[k]) for k in cls.KEYS] + [int(samples.max(initial=0)) + 1]
-        key = np.zeros(table.num_rows, np.int64)
+        key = np.zeros(n, np.int64)
         for part, size in zip([columns[k] for k in cls.KEYS] + [samples], radix):
             key = key * size + part
-        order = np.argsort(key, kind="stable")  # keeps the file's step order in a group
-        keys, starts, counts = np.unique(key[order], return_index=True, return_counts=True)
-        return cls(columns, dictionaries, order, keys, starts, starts + counts, radix)
+        del columns, samples
+        order, keys, counts = _stable_group_order(key)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        index_type = np.int32 if n < 2**31 else np.int64
+        return cls(path, {k: {v: i for i, v in enumerate(dictionaries[k])} for k in cls.KEYS},
+                   radix, order.astype(index_type), keys, starts, starts + counts,
+                   pair_starts, pair_steps, pair_iterations, pair_toe)
 
-    def series(self, node: str, role: str, recording_type: str, aggregation: str,
-               sample_index: int, statistic: str) -> pd.DataFrame | None:
+    def rows(self, node: str, role: str, recording_type: str, aggregation: str,
+             sample_index: int) -> np.ndarray | None:
+        """The rows of one tensor, in file order; None if the file has none."""
         key = 0
         for name, value, size in zip(self.KEYS, (node, role, recording_type, aggregation),
                                      self.radix):
@@ -116,13 +144,57 @@ class SeriesIndex:
         pos = int(np.searchsorted(self.keys, key))
         if pos >= len(self.keys) or self.keys[pos] != key:
             return None
-        rows = self.order[self.starts[pos]:self.ends[pos]]
+        return self.order[self.starts[pos]:self.ends[pos]]
+
+    def read_statistic(self, statistic: str) -> np.ndarray:
+        """One statistic of every row of the file, as float64 (NaN where null)."""
+        column = pq.read_table(self.path, columns=[statistic], schema=TENSORS_SCHEMA).column(0)
+        return column.to_numpy().astype(np.float64, copy=False) if column.null_count == 0 \
+            else column.to_pandas().to_numpy(np.float64, na_value=np.nan)
+
+    def series(self, rows: np.ndarray, values: np.ndarray) -> pd.DataFrame:
+        """The series of ``rows`` (from :meth:`rows`) with ``values`` (from
+        :meth:`read_statistic`)."""
+        pair = np.searchsorted(self.pair_starts, rows, side="right") - 1
         return pd.DataFrame({
-            "training_step": self.columns["training_step"][rows].astype(np.int64),
-            "type_of_execution": self.toe_values[self.columns["type_of_execution"][rows]],
-            "iteration": self.columns["iteration"][rows].astype(np.int32),
-            "value": self.columns[statistic][rows].astype(np.float64),
+            "training_step": self.pair_steps[pair].astype(np.int64),
+            "type_of_execution": self.pair_toe[pair],
+            "iteration": self.pair_iterations[pair].astype(np.int32),
+            "value": values[rows],
         })
+
+
+def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """The codes of a dictionary column into one dictionary for all its chunks (each row
+    group has its own; most are the same, so each distinct one is mapped once)."""
+    words: dict[str, int] = {}
+    mappings: dict[tuple, np.ndarray] = {}
+    parts = []
+    for chunk in column.chunks:
+        names = tuple(chunk.dictionary.to_pylist())
+        mapping = mappings.get(names)
+        if mapping is None:
+            mapping = mappings[names] = np.array(
+                [words.setdefault(w, len(words)) for w in names] or [0], dtype=np.int32)
+        parts.append(mapping[chunk.indices.to_numpy(zero_copy_only=False)])
+    codes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return codes, list(words)
+
+
+def _stable_group_order(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the rows ordered by ``key``, file order kept within a key; the distinct keys,
+    ascending; how many rows each has). With few distinct keys they are numbered densely
+    first, so that numpy sorts 16-bit numbers (a radix sort) instead of 64-bit ones."""
+    if len(key) and 0 <= int(key.min()) and int(key.max()) < 2**26:
+        counts = np.bincount(key)
+        present = np.flatnonzero(counts)
+        if len(present) < 2**16:
+            dense = np.zeros(len(counts), np.uint16)
+            dense[present] = np.arange(len(present), dtype=np.uint16)
+            return np.argsort(dense[key], kind="stable"), present, counts[present]
+    order = np.argsort(key, kind="stable")
+    keys, counts = np.unique(key[order], return_counts=True)
+    return order, keys, counts
 
 
 def empty_series() -> pd.DataFrame:
