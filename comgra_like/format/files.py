@@ -109,6 +109,13 @@ class Files:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def list_folders(self, folder: Path) -> list[str]:
+        """The names of the folders in ``folder``; empty when it does not exist."""
+        try:
+            return [e.name for e in os.scandir(folder) if e.is_dir()]
+        except OSError:
+            return []
+
     def exists(self, path: Path) -> bool:
         return os.path.exists(path)
 
@@ -250,6 +257,15 @@ class ObjectFiles(Files):
         except (OSError, pa.ArrowException):
             return []
         return [info.base_name for info in infos]
+
+    def list_folders(self, folder: Path) -> list[str]:
+        """The prefixes one level below ``folder/`` (the same one listing request)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
+                                                            allow_not_found=True))
+        except (OSError, pa.ArrowException):
+            return []
+        return [info.base_name for info in infos if info.type == pafs.FileType.Directory]
 
     def exists(self, path: Path) -> bool:
         return self._info(path).type != pafs.FileType.NotFound

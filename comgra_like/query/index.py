@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import NotFoundError
+from ..format.files import Files, files_for
 from ..format.layout import (
     LEGACY_NOTES_JSONL,
     MODULES_JSON,
@@ -229,8 +230,11 @@ class Update:
 class GroupIndex:
     """The index of every trial of a group folder; :meth:`update` reads what is new."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, files: Files | None = None):
         self.path = Path(path)
+        # Every listing and read goes through it: the local disk or an object store
+        # (one prefix listing per folder and refresh there, docs/FORMAT.md).
+        self.files = files or files_for(path)
         self.version = 0  # grows whenever an update (or a read) found something new
         self._trials: dict[str, TrialIndex] = {}
         self._skipped: dict[str, SkippedFile] = {}  # path -> why, each problem once
@@ -286,7 +290,7 @@ class GroupIndex:
         """A file of ``trial`` (``key`` = "<kind>/<name>") is damaged: note it there and in
         :attr:`skipped`."""
         path = trial.path / key
-        trial.damaged[key] = (signature(path), reason)
+        trial.damaged[key] = (self.files.signature(path), reason)
         return self._skip(path, reason, report)
 
     def _recheck_damaged(self, trial: TrialIndex, kind: str, live: list[str] | None) -> list[str]:
@@ -300,7 +304,7 @@ class GroupIndex:
                 trial.damaged_tensor_files.pop(name, None)
                 self._unskip(trial.path / key)
                 continue
-            if signature(trial.path / key) != trial.damaged[key][0]:
+            if self.files.signature(trial.path / key) != trial.damaged[key][0]:
                 del trial.damaged[key]
                 trial.damaged_tensor_files.pop(name, None)
                 again.append(name)
@@ -336,10 +340,7 @@ class GroupIndex:
                 return next((f for f in trial.tensor_files.values()
                              if _covers(shard_range(f.name), rng)), None)
             folder = trial.layout.table("tensors")
-            try:
-                names = [e.name for e in os.scandir(folder) if not is_hidden(e.name)]
-            except OSError:
-                return None
+            names = [n for n in self.files.list(folder) if not is_hidden(n)]
             live = live_shards(names)
             files = {n: f for n, f in trial.tensor_files.items() if n in live}
             gone_files = [f for n, f in trial.tensor_files.items() if n not in live]
@@ -350,7 +351,7 @@ class GroupIndex:
                 if not covered:
                     continue
                 try:
-                    lo, hi = step_range(pq.read_metadata(folder / name))
+                    lo, hi = step_range(self.files.parquet_metadata(folder / name))
                 except Exception:  # noqa: BLE001, S112 - the next update reports it
                     continue
                 first = min(f.served[0] for f in covered)
@@ -374,12 +375,7 @@ class GroupIndex:
             skipped: list[SkippedFile] = []
             update = Update(RefreshReport(0, [], {}, []))
             folder = trials_dir(self.path)
-            names = []
-            if folder.is_dir():
-                try:
-                    names = sorted(e.name for e in os.scandir(folder) if e.is_dir())
-                except OSError:
-                    names = []
+            names = sorted(self.files.list_folders(folder))
             for name in names:
                 if is_hidden(name) or not TRIAL_ID_PATTERN.match(name):
                     continue
@@ -388,7 +384,8 @@ class GroupIndex:
                     # A trial.json that could not be used is looked at again only when
                     # it changes (it was reported once already).
                     info_path = folder / name / TRIAL_JSON
-                    if name in self._rejected and self._rejected[name] == signature(info_path):
+                    if (name in self._rejected
+                            and self._rejected[name] == self.files.signature(info_path)):
                         continue
                     trial = TrialIndex(folder / name)
                     if not self._update_info(trial, skipped):
@@ -415,12 +412,12 @@ class GroupIndex:
     def _update_info(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         """Read trial.json if it changed; whether the trial can be shown."""
         path = trial.layout.trial_json
-        sig = signature(path)
+        sig = self.files.signature(path)
         if sig is None or sig == trial._info_signature:
             return trial.info is not None  # not written yet, or read already
         trial._info_signature = sig
         try:
-            data = json.loads(path.read_text("utf-8"))
+            data = self.files.read_json(path)
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
             version = int(data["schema_version"])
@@ -467,10 +464,9 @@ class GroupIndex:
     # ----- shard tables (steps, kpis, notes) ---------------------------------------------
 
     def _live(self, folder: Path) -> list[str] | None:
-        try:
-            names = [e.name for e in os.scandir(folder) if not is_hidden(e.name)]
-        except OSError:
-            return None
+        names = [n for n in self.files.list(folder) if not is_hidden(n)]
+        if not names:
+            return None  # not there (yet): an object store has no empty folders
         return live_shards(names)
 
     def _new_frames(self, trial: TrialIndex, kind: str, schema: pa.Schema,
@@ -502,7 +498,7 @@ class GroupIndex:
                 continue  # a compaction of rows read already
             path = folder / name
             try:
-                table = pq.read_table(path, schema=schema)
+                table = self.files.read_parquet(path, schema=schema)
             except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
                 self._damaged(trial, f"{kind}/{name}", f"unreadable shard ({reason_of(e)})",
                               skipped)
@@ -590,6 +586,8 @@ class GroupIndex:
     def _update_legacy_notes(self, trial: TrialIndex) -> bool:
         """Lines appended to notes.jsonl since the last update (complete lines only)."""
         path = trial.path / LEGACY_NOTES_JSONL
+        if self.files.remote:
+            return False  # written before notes were shards, never to object storage
         try:
             size = path.stat().st_size
         except OSError:
@@ -641,7 +639,7 @@ class GroupIndex:
             path = folder / name
             seen[name] = shard_range(name)
             try:
-                lo, hi = step_range(pq.read_metadata(path))
+                lo, hi = step_range(self.files.parquet_metadata(path))
             except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
                 self._damaged(trial, f"tensors/{name}", f"unreadable shard ({reason_of(e)})",
                               skipped)
@@ -656,10 +654,8 @@ class GroupIndex:
 
     def _update_graphs(self, trial: TrialIndex, skipped: list[SkippedFile]) -> int:
         folder = trial.layout.graphs
-        try:
-            names = [e.name for e in os.scandir(folder)
-                     if e.name.endswith(".json") and not is_hidden(e.name)]
-        except OSError:
+        names = [n for n in self.files.list(folder) if n.endswith(".json") and not is_hidden(n)]
+        if not names:
             return 0
         for name in self._recheck_damaged(trial, "graphs", names):
             trial._seen_graphs.discard(name)
@@ -671,7 +667,7 @@ class GroupIndex:
             path = folder / name
             digest = name[: -len(".json")]
             try:
-                structure = json.loads(path.read_text("utf-8"))
+                structure = self.files.read_json(path)
             except (OSError, ValueError) as e:
                 self._damaged(trial, f"graphs/{name}", f"unreadable graph ({reason_of(e)})",
                               skipped)
@@ -691,7 +687,7 @@ class GroupIndex:
     def _update_modules(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         """Read modules.json if it changed; whether the module tree did."""
         path = trial.layout.modules_json
-        sig = signature(path)
+        sig = self.files.signature(path)
         if sig == trial._modules_signature:
             return False
         trial._modules_signature = sig
@@ -700,7 +696,7 @@ class GroupIndex:
             trial.modules, trial.modules_problem = None, None
             return changed
         try:
-            data = json.loads(path.read_text("utf-8"))
+            data = self.files.read_json(path)
             modules = [
                 ModuleInfo(
                     name=str(m["name"]), parent=m.get("parent"),
