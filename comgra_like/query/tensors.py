@@ -20,6 +20,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, NotFoundError
+from ..format.files import files_for
 from ..format.schema import SCHEMAS
 from ..vocabulary import AGGREGATIONS, ALL_STATISTICS
 from .index import TensorFile
@@ -37,9 +38,15 @@ ROW_KEY = ["training_step", "iteration", "node", "role", "recording_type", "aggr
            "sample_index"]
 
 
+def _read_table(path: Path, **options: Any) -> pa.Table:
+    """``pq.read_table`` from where the file is: the local disk or an object store."""
+    fs, where = files_for(path).arrow(path)
+    return pq.read_table(where, filesystem=fs, **options)
+
+
 def read_step(f: TensorFile, step: int) -> pa.Table:
     """Every row of one step in one file, values included (one or two row groups)."""
-    return pq.read_table(f.path, filters=[("training_step", "=", int(step))],
+    return _read_table(f.path, filters=[("training_step", "=", int(step))],
                          schema=TENSORS_SCHEMA)
 
 
@@ -88,7 +95,7 @@ class SeriesIndex:
 
     @classmethod
     def build(cls, path: Path) -> SeriesIndex:
-        table = pq.read_table(path, columns=list(cls.KEY_COLUMNS), schema=TENSORS_SCHEMA)
+        table = _read_table(path, columns=list(cls.KEY_COLUMNS), schema=TENSORS_SCHEMA)
         columns, dictionaries = {}, {}
         for name in cls.KEY_COLUMNS:
             col = table.column(name)
@@ -148,7 +155,7 @@ class SeriesIndex:
 
     def read_statistic(self, statistic: str) -> np.ndarray:
         """One statistic of every row of the file, as float64 (NaN where null)."""
-        column = pq.read_table(self.path, columns=[statistic], schema=TENSORS_SCHEMA).column(0)
+        column = _read_table(self.path, columns=[statistic], schema=TENSORS_SCHEMA).column(0)
         return column.to_numpy().astype(np.float64, copy=False) if column.null_count == 0 \
             else column.to_pandas().to_numpy(np.float64, na_value=np.nan)
 
@@ -314,7 +321,9 @@ def _every(first: int, every: int) -> pc.Expression:
 def read_columns(files: Sequence[TensorFile], columns: list[str],
                  expr: pc.Expression | None) -> pa.Table:
     """The rows of ``files`` that match ``expr``, in file order (one dataset scan)."""
-    dataset = ds.dataset([str(f.path) for f in files], schema=TENSORS_SCHEMA, format="parquet")
+    fs = files_for(files[0].path).arrow(files[0].path)[0] if files else None
+    dataset = ds.dataset([files_for(f.path).arrow(f.path)[1] for f in files], filesystem=fs,
+                         schema=TENSORS_SCHEMA, format="parquet")
     return dataset.to_table(columns=columns, filter=expr)
 
 
