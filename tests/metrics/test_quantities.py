@@ -293,7 +293,9 @@ def test_rankme_matches_torch(n, d, rank, conv, seed):
     s = torch.linalg.svdvals(t)
     p = s / s.sum() + 1e-7
     expected = torch.exp(-(p * p.log()).sum()).item()
-    assert close(run("RankMe", ModuleData("Linear", output=y)), expected, rel=1e-8)
+    # ours takes singular values from the smaller Gram matrix: values in the null space
+    # come out as ~1e-8 sigma_1 instead of ~1e-16 sigma_1, against RankMe's 1e-7 floor
+    assert close(run("RankMe", ModuleData("Linear", output=y)), expected, rel=1e-6)
 
 
 def test_rankme_of_a_zero_output_is_undefined():
