@@ -254,14 +254,17 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(VIEW, "data"),
         Output(PICK, "value"),
+        Output(PICK, "options", allow_duplicate=True),
         Input(GRAPH, "clickData"),
         Input(crumb_id(ALL), "n_clicks"),
         Input(PICK, "value"),
         Input(ids.SELECTION, "data"),
         State(VIEW, "data"),
+        State(PICK, "options"),
+        prevent_initial_call="initial_duplicate",
     )
     def move(click: Any, _crumbs: list, picked: list | None, selection: dict | None,
-             view: dict | None) -> tuple:
+             view: dict | None, options: list | None) -> tuple:
         ctx = dash.callback_context
         trigger = ctx.triggered_id
         shown = current(selection)
@@ -272,9 +275,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             kwargs["clicked"] = points[0].get("customdata")
         elif isinstance(trigger, Mapping) and trigger.get("type") == "modules-crumb":
             if not any(t.get("value") for t in ctx.triggered):
-                return no_update, no_update  # a breadcrumb that appears, not a click
+                return no_update, no_update, no_update  # a breadcrumb that appears
             kwargs["crumb"] = trigger["module"]
         elif trigger == PICK:
+            offered = {o.get("value") for o in options or ()}
+            dropped = set((view or {}).get("picked") or ()) - set(picked or ())
+            if dropped - offered:
+                # the dropdown dropped values its options did not have yet: not the user
+                return no_update, no_update, no_update
             kwargs["picked"] = picked or []
         elif shown.get("node") is not None:
             kwargs["node"] = shown.get("node")
@@ -282,8 +290,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if "node" in kwargs and trial is not None:
             graph = module_data.module_graph(data, trial, shown.get("training_step"))[1]
         new = navigate(view, graph, trial, **kwargs)
+        # the picked modules among the options as the value arrives: a dropdown drops
+        # values its options do not have (a module picked by a link from another page
+        # arrives before this level's options)
+        offered = [o.get("value") for o in options or ()]
+        missing = [{"label": m, "value": m} for m in new["picked"] if m not in offered]
         return (new if new != view else no_update,
-                new["picked"] if new["picked"] != (picked or []) else no_update)
+                new["picked"] if new["picked"] != (picked or []) else no_update,
+                list(options or []) + missing if missing else no_update)
 
     @app.callback(
         Output(GRAPH, "figure"),
