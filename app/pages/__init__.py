@@ -7,7 +7,7 @@ page, write its module and list its ``PAGE`` here, in the order of the top bar.
 
 from __future__ import annotations
 
-from . import findings, flow, graphs, modules, network, notes, tensors, visualization
+from . import findings, flow, graphs, metrics, modules, network, notes, tensors, visualization
 from .page import Page
 
 PAGES: tuple[Page, ...] = (
@@ -17,6 +17,7 @@ PAGES: tuple[Page, ...] = (
     graphs.PAGE,
     findings.PAGE,
     modules.PAGE,
+    metrics.PAGE,
     flow.PAGE,
     visualization.PAGE,
 )
