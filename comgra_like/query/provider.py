@@ -37,12 +37,12 @@ from .tensors import (
     ROW_KEY,
     STATISTICS_KEY_COLUMNS,
     TENSORS_SCHEMA,
+    Footer,
     SeriesIndex,
     drop_repeated,
     empty_series,
     overlapping,
     read_columns,
-    read_step,
     served_filter,
     statistic_names,
     statistics_filter,
@@ -72,6 +72,7 @@ DEFAULT_CACHE_BYTES = 256 * 2**20
 # What the group caches; a key is (the group's namespace, one of these, trial id, step or
 # file name), so that groups and the GUI can share one cache without mixing values up.
 _STEP, _LIST, _SERIES, _COLUMN = "step", "list", "series_index", "column"
+_FOOTER = "footer"
 _NAMESPACES = itertools.count()
 
 T = TypeVar("T")
@@ -132,7 +133,8 @@ class Group:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)
         for trial_id, name in update.gone_files:
             self._drop(lambda kind, t, x, trial_id=trial_id, name=name: t == trial_id and (
-                (kind == _SERIES and x == name) or (kind == _COLUMN and x[0] == name)))
+                (kind in (_SERIES, _FOOTER) and x == name)
+                or (kind == _COLUMN and x[0] == name)))
         for trial_id, lo, hi in update.repaired:  # steps read without the file read again
             self._drop(lambda kind, t, x, trial_id=trial_id, lo=lo, hi=hi:
                        kind in (_STEP, _LIST) and t == trial_id and lo <= x <= hi)
@@ -342,7 +344,8 @@ class Group:
         tables: list[pa.Table] = []
         done: set[str] = set()
         for f in files:
-            read = self._read_file(trial, f, lambda f: read_step(f, step), done)
+            read = self._read_file(trial, f, lambda f: self._footer(trial_id, f).read_step(step),
+                                   done)
             if read is not None and read[1].num_rows:
                 tables.append(read[1])
         if not tables:
@@ -441,6 +444,14 @@ class Group:
         index = SeriesIndex.build(f.path)
         self._cache.put(key, index, index.nbytes)
         return index
+
+    def _footer(self, trial_id: str, f: TensorFile) -> Footer:
+        key = self._key(_FOOTER, trial_id, f.name)
+        footer = self._cache.get(key)
+        if footer is None:
+            footer = Footer(f.path)
+            self._cache.put(key, footer, footer.nbytes)
+        return footer
 
     def _statistic_column(self, trial_id: str, f: TensorFile, statistic: str) -> np.ndarray:
         """One statistic of every row of a tensors file (cached: the next tensor's series

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, NotFoundError
 from ..format.files import files_for
+from ..format.files import files_for
 from ..format.schema import SCHEMAS
 from ..vocabulary import AGGREGATIONS, ALL_STATISTICS
 from .index import TensorFile
@@ -48,6 +49,42 @@ def read_step(f: TensorFile, step: int) -> pa.Table:
     """Every row of one step in one file, values included (one or two row groups)."""
     return _read_table(f.path, filters=[("training_step", "=", int(step))],
                          schema=TENSORS_SCHEMA)
+
+
+class Footer:
+    """The footer of a tensors file and each row group's steps, read once: a compacted
+    trial of 100,000 steps has ~1,000 row groups and a 3 MB footer, which a filtered
+    read parsed again for every step (0.5 s; from the footer, the step's row group
+    reads in ~5 ms)."""
+
+    def __init__(self, path: Path):
+        fs, where = files_for(path).arrow(path)
+        self.source, self.filesystem = where, fs
+        self.metadata = pq.read_metadata(where, filesystem=fs)
+        column = self.metadata.schema.to_arrow_schema().get_field_index("training_step")
+        groups = self.metadata.num_row_groups
+        self.lo = np.full(groups, np.iinfo(np.int64).min, np.int64)  # no statistics:
+        self.hi = np.full(groups, np.iinfo(np.int64).max, np.int64)  # read it always
+        for i in range(groups):
+            stats = self.metadata.row_group(i).column(column).statistics
+            if stats is not None and stats.has_min_max:
+                self.lo[i], self.hi[i] = stats.min, stats.max
+        self.nbytes = 3 * self.metadata.serialized_size + self.lo.nbytes + self.hi.nbytes
+
+    def read_step(self, step: int) -> pa.Table:
+        """Every row of one step, values included (the row groups that may hold it)."""
+        groups = np.flatnonzero((self.lo <= step) & (step <= self.hi)).tolist()
+        if not groups:
+            return TENSORS_SCHEMA.empty_table()
+        file = pq.ParquetFile(self.source, metadata=self.metadata, filesystem=self.filesystem)
+        table = file.read_row_groups(groups)
+        table = table.filter(pc.equal(table["training_step"], int(step)))
+        if table.schema == TENSORS_SCHEMA:
+            return table
+        # a file written before a column was added: nulls there, as a dataset read gives
+        return pa.table([table.column(f.name).cast(f.type) if f.name in table.column_names
+                         else pa.nulls(table.num_rows, f.type) for f in TENSORS_SCHEMA],
+                        schema=TENSORS_SCHEMA)
 
 
 def drop_repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
