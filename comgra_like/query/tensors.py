@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, NotFoundError
 from ..format.files import files_for
-from ..format.files import files_for
 from ..format.schema import SCHEMAS
 from ..vocabulary import AGGREGATIONS, ALL_STATISTICS
 from .index import TensorFile
