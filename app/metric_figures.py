@@ -276,7 +276,10 @@ def metric_figure(
     layout = base_layout(title=title, height=height, hovermode="closest",
                          showlegend=True, uirevision=metric, clickmode="event")
     layout["xaxis"] = axis("step")
-    layout["yaxis"] = axis(plot_text(metric), type="log" if log_y else "linear")
+    vector = any(is_vector(frame, metric) for frame in frames.values())
+    # a vector metric's line is its first (largest) element: the spectrum is beside it
+    y_title = f"{metric}[0] (largest)" if vector else metric
+    layout["yaxis"] = axis(plot_text(y_title), type="log" if log_y else "linear")
     layout["legend"] = {"font": {"size": 11}}
     if step is not None:
         layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": step,
@@ -337,10 +340,9 @@ def spectrum_figure(
     label = (f"step {step}" if step is not None
              else "latest step" if len(shown_steps) != 1 else f"step {next(iter(shown_steps))}")
     layout = base_layout(
-        title=f"{plot_text(metric)} at {label} <span style='font-size:11px'>"
-              "(hover a point on the left to choose the step)</span>",
+        title=f"{plot_text(metric)} at {label}",
         height=height, hovermode="closest", showlegend=len(data) > 1)
-    layout["xaxis"] = axis("index (largest first)")
+    layout["xaxis"] = axis("index, largest first")
     layout["yaxis"] = axis("value", type="log" if positive else "linear")
     layout["legend"] = {"font": {"size": 11}}
     return {"data": data, "layout": layout}

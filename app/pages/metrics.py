@@ -186,6 +186,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(MODULES, "options"),
         Output(METRICS, "options"),
         Output(EXECUTION, "options"),
+        Output(EXECUTION, "value"),
         Output(INFO, "children"),
         Output(CARDS, "children"),
         Output(SHOWN, "data"),
@@ -193,10 +194,11 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.SELECTION, "data"),
         Input(OVERLAY, "value"),
         Input(METRICS, "value"),
+        State(EXECUTION, "value"),
         State(SHOWN, "data"),
     )
     def show_cards(_status: Any, selection: dict | None, overlay: list | None,
-                   chosen: list | None, shown: Any) -> tuple:
+                   chosen: list | None, execution: str | None, shown: Any) -> tuple:
         started = time.perf_counter()
         known = data.trial_ids()
         trials = trials_of(selection, overlay, known)
@@ -207,8 +209,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if reason is not None:
             cards = [html.Div(reason, className="alert alert-secondary metrics-empty")]
             key = ["empty", reason]
-            return (overlay_options, [], [], [], "", cards if key != shown else no_update,
-                    key)
+            return (overlay_options, [], [], [], no_update, "",
+                    cards if key != shown else no_update, key)
         every = [f for f in listings.values() if f is not None and not f.empty]
         names: list[str] = []
         modules: list[str] = []
@@ -221,6 +223,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         types = sorted({t for trial in trials for t in data.types_of_execution(trial)})
         executions = [{"label": "every type", "value": ANY_TYPE}] + [
             {"label": t, "value": t} for t in types]
+        if execution not in [o["value"] for o in executions]:
+            execution = ANY_TYPE
         wanted = [m for m in (chosen or []) if m in names] or names
         drawn = wanted[:MAX_FIGURES]
         vectors = {m: mfig.is_vector(metric_data.rows(data, main, m) if main else None, m)
@@ -231,11 +235,12 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 + (f" · the first {MAX_FIGURES} shown (pick others above)"
                    if len(wanted) > MAX_FIGURES else "")
                 + " · markers: the steps each metric was computed at · click a point to open "
-                  "that step and module")
+                  "that step and module · a spectrum shows the step hovered on its left")
         cards = [card(m, vectors[m]) for m in drawn] if key != shown else no_update
         parts.timings.record("metrics.cards", time.perf_counter() - started)
         return (overlay_options, [{"label": m, "value": m} for m in modules],
-                [{"label": m, "value": m} for m in names], executions, info, cards, key)
+                [{"label": m, "value": m} for m in names], executions, execution, info, cards,
+                key)
 
     @app.callback(
         Output(card_id("graph", MATCH), "figure"),
