@@ -131,16 +131,16 @@ class SeriesIndex:
 
     @classmethod
     def build(cls, path: Path) -> SeriesIndex:
-        table = _read_table(path, columns=list(cls.KEY_COLUMNS), schema=TENSORS_SCHEMA)
         columns, dictionaries = {}, {}
-        for name in cls.KEY_COLUMNS:
-            col = table.column(name)
+        n = 0
+        for name in cls.KEY_COLUMNS:  # one at a time: the peak is one column, not eight
+            col = _read_table(path, columns=[name], schema=TENSORS_SCHEMA).column(0)
+            n = len(col)
             if pa.types.is_dictionary(col.type):
                 columns[name], dictionaries[name] = _dictionary_codes(col)
             else:
                 columns[name] = col.to_numpy()
-        n = table.num_rows
-        del table
+            del col
         steps, iterations = columns.pop("training_step"), columns.pop("iteration")
         pair_change = np.ones(n, bool)
         if n > 1:
@@ -190,10 +190,12 @@ class SeriesIndex:
         return self.order[self.starts[pos]:self.ends[pos]]
 
     def read_statistic(self, statistic: str) -> np.ndarray:
-        """One statistic of every row of the file, as float64 (NaN where null)."""
+        """One statistic of every row of the file, as float32 as stored (NaN where null;
+        4 bytes a row, 58 MB for 100,000 steps)."""
         column = _read_table(self.path, columns=[statistic], schema=TENSORS_SCHEMA).column(0)
-        return column.to_numpy().astype(np.float64, copy=False) if column.null_count == 0 \
-            else column.to_pandas().to_numpy(np.float64, na_value=np.nan)
+        if column.null_count:
+            column = column.fill_null(float("nan"))
+        return column.to_numpy().astype(np.float32, copy=False)
 
     def series(self, rows: np.ndarray, values: np.ndarray) -> pd.DataFrame:
         """The series of ``rows`` (from :meth:`rows`) with ``values`` (from
@@ -203,7 +205,7 @@ class SeriesIndex:
             "training_step": self.pair_steps[pair].astype(np.int64),
             "type_of_execution": self.pair_toe[pair],
             "iteration": self.pair_iterations[pair].astype(np.int32),
-            "value": values[rows],
+            "value": values[rows].astype(np.float64),
         })
 
 
