@@ -193,3 +193,24 @@ def test_metrics_page_on_a_real_recording(dash_duo, recorded):
     wait_for_header(dash_duo, "step", "3")
     wait_for_header(dash_duo, "role", "output 0")
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+def test_a_recording_without_metrics_says_how_to_record_them(dash_duo, tmp_path):
+    pytest.importorskip("torch")
+    from tests.app import watched_runs
+
+    group = watched_runs.record(tmp_path, trial="plain", steps=2, seed=0)
+    dash_duo.start_server(create_app(group, refresh_seconds=0.5))
+    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    dash_duo.find_element("#nav-metrics").click()
+    dash_duo.wait_for_element(".metrics-empty", timeout=20)
+    text = text_of(dash_duo, ".metrics-empty")
+    assert "No metrics recorded in plain" in text and "watch(model, metrics=" in text
+    assert not dash_duo.find_elements(".metrics-card")
+
+    # live: metrics that arrive replace the message with their figures
+    write_metrics(group, "plain", SCHEDULE[:1])
+    dash_duo.wait_for_element(".metrics-card[data-metric='WeightNorm'] .scatterlayer .points path",
+                              timeout=20)
+    assert not dash_duo.find_elements(".metrics-empty")
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
