@@ -40,6 +40,7 @@ __all__ = [
     "DecisionMakerForRecordingsFrequencyPerType",
     "DecisionMakerForRecordingsHardcoded",
     "GraphError",
+    "Monitor",
     "NotFoundError",
     "RecordingDecisionError",
     "RegistrationError",
@@ -59,6 +60,10 @@ def __getattr__(name: str) -> Any:
         from .recorder import ComgraRecorder
 
         return ComgraRecorder
+    if name == "Monitor":  # Taiyi's entry point (per-module metrics)
+        from .metrics.monitor import Monitor
+
+        return Monitor
     if name == "open_group":
         from .query import open_group
 

@@ -16,7 +16,7 @@ import numbers
 import platform
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -39,6 +39,8 @@ from .format.schema import (
     TYPE_OF_EXECUTION_PATTERN,
 )
 from .format.trial import replace_object_trial
+from .metrics.collect import Collector
+from .metrics.config import resolve_config
 from .objects import DecisionMakerForRecordings
 from .record.capture import Capturer
 from .record.graph import GraphExtractor
@@ -86,6 +88,7 @@ class ComgraRecorder:
         self._finalized = False
         self._decision_called = False  # decide_recording_of_batch() in this step
         self._modules: dict[int, str] = {}  # id(module) -> full name
+        self._metrics: list = []  # the per-module metrics' collectors (track_module)
         if not self.comgra_is_active:
             return
         if not isinstance(decision_maker_for_recordings, DecisionMakerForRecordings):
@@ -181,8 +184,14 @@ class ComgraRecorder:
             },
         }
 
-    def track_module(self, module_name: str, module: torch.nn.Module) -> None:
-        """Track a module: its parameters are recorded on every recorded step."""
+    def track_module(self, module_name: str, module: torch.nn.Module, *,
+                     metrics: Mapping | None = None) -> None:
+        """Track a module: its parameters are recorded on every recorded step.
+
+        ``metrics``: per-module metrics of this module in Taiyi's config format
+        (``comgra_like.metrics``), computed on their own schedules of this recorder's
+        training steps, whether or not a step is recorded (``Group.read_metrics``).
+        """
         if not self.comgra_is_active:
             # Names still work, so code that names tensors by module runs unchanged.
             for sub_name, sub in module.named_modules():
@@ -202,6 +211,7 @@ class ComgraRecorder:
             )
         if module_name in self._modules.values():
             raise RegistrationError(f"a module named {module_name!r} is tracked already")
+        specs = None if metrics is None else resolve_config(module, metrics, module_name)
         known = {id(p.tensor) for p in self._params}
         for sub_name, sub in module.named_modules():
             full = module_name if not sub_name else f"{module_name}.{sub_name}"
@@ -227,6 +237,10 @@ class ComgraRecorder:
             self._module_tree.append({"name": full, "parent": parent, "parameters": params,
                                       "num_parameters_total": total})
         self._writer.submit_modules(self._module_tree)
+        if specs is not None:
+            self._metrics.append(Collector(
+                module, specs, module_name, self._writer,
+                lambda: self.training_step if self._stage != "idle" else None))
 
     def get_name_of_module(self, module: torch.nn.Module) -> str:
         """The full name (``parent.child``) under which ``module`` is tracked."""
@@ -622,6 +636,8 @@ class ComgraRecorder:
         if not self.comgra_is_active or self._finalized:
             return
         self._submit_kpis()
+        for collector in self._metrics:
+            collector.flush()
         self._writer.flush(timeout)
 
     def drain(self) -> None:
@@ -654,6 +670,9 @@ class ComgraRecorder:
             self._drop_step()
             self._stage = "idle"
         self._finalized = True
+        for collector in self._metrics:  # the last step's metrics, then no more hooks
+            collector.close()
+        self._metrics = []
         # A script that keeps its finished recorders (to report on them, or in a global
         # until the next model replaces it) must not keep the models' tensors alive.
         self._params = []

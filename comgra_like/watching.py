@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ import torch
 
 from .errors import CallOrderError, ConfigurationError
 from .format.schema import TRIAL_ID_PATTERN
+from .metrics.collect import Collector
+from .metrics.config import resolve_config
 from .objects import DecisionMakerForRecordingsFrequencyPerType
 from .record.hooks import LOG_OPTIONS, Settings, Watcher
 
@@ -38,11 +40,13 @@ class WatchHandle:
     """What ``watch`` returns: stops watching (``unwatch()``, or leaving a ``with``
     block), and says where the recording is."""
 
-    def __init__(self, watcher: Watcher, recorder, own: bool, backend: str):
+    def __init__(self, watcher: Watcher, recorder, own: bool, backend: str,
+                 metrics: Collector | None = None):
         self._watcher = watcher
         self.recorder = recorder
         self.own = own
         self.backend = backend
+        self._metrics = metrics
 
     @property
     def group_path(self) -> Path:
@@ -70,7 +74,21 @@ class WatchHandle:
         drives the steps, so call it between steps)."""
         if self.own:
             self._watcher._end_step()
+        if self._metrics is not None:
+            if self.own:
+                self._metrics.finish()
+            self._metrics.flush()
         self.recorder.flush()
+
+    def log_loss(self, loss: Any, step: int | None = None) -> None:
+        """Record the loss (a number or a one-element tensor) of the current step, or of
+        ``step``, as the metric ``loss`` of the root module (monitorch's loss lens; needs
+        ``metrics=``, e.g. ``metrics={}``)."""
+        if self._metrics is None:
+            raise ConfigurationError(
+                "log_loss() stores the loss with the per-module metrics: pass metrics= to "
+                "watch() (metrics={} records the loss alone)")
+        self._metrics.log_loss(loss, step)
 
     def unwatch(self) -> None:
         """Remove every hook; the last recorded step is written. With its own trial the
@@ -79,6 +97,8 @@ class WatchHandle:
         if watcher.closed:
             return
         try:
+            if self._metrics is not None:
+                self._metrics.close()
             watcher.close()
         finally:
             for key, w in list(_WATCHERS.items()):
@@ -123,6 +143,7 @@ def watch(
     trial_id: str | None = None,
     eval_mode: str = "record",
     seed: int = 0,
+    metrics: Mapping | None = None,
 ) -> WatchHandle:
     """Record every module of ``module``: inputs, outputs, their per-sample gradient
     norms, parameters and parameter gradients, as tensors of the recording and as
@@ -140,7 +161,10 @@ def watch(
     the recorder tracks it under); ``trial_id`` of the own trial (default
     ``watch-<date>-<time>``); ``eval_mode``: ``'record'`` records the first forward in
     eval mode after each recorded training step as type of execution ``validation``,
-    ``'skip'`` does not (the watch report says so); ``seed`` of the histogram sampling.
+    ``'skip'`` does not (the watch report says so); ``seed`` of the histogram sampling;
+    ``metrics``: per-module metrics in Taiyi's config format (``comgra_like.metrics``),
+    computed on their own schedules whether or not the step is recorded
+    (``Group.read_metrics``); the steps are watch's (or the recorder's) step numbers.
 
     Returns a :class:`WatchHandle` (``unwatch()``, or use it in a ``with`` block).
     """
@@ -192,6 +216,10 @@ def watch(
 
     structure_only = backend == "none"
     own = recorder is None
+    specs = None
+    if metrics is not None:  # checked before anything is created
+        tracked = None if own else getattr(recorder, "_modules", {}).get(id(module))
+        specs = resolve_config(module, metrics, tracked or name or "model")
     if own:
         root = name if name is not None else "model"
         _check_name(root)
@@ -219,7 +247,13 @@ def watch(
     watcher = Watcher(module, recorder, own, root, settings)
     for sub in module.modules():
         _WATCHERS.setdefault(id(sub), watcher)
-    handle = WatchHandle(watcher, recorder, own, backend)
+    collector = None
+    if specs is not None:
+        # registered after the watcher's hooks, so its step counter has moved on already
+        step_of = ((lambda: watcher.train_count - 1) if own else
+                   (lambda: recorder.training_step if recorder._stage != "idle" else None))
+        collector = Collector(module, specs, root, recorder.writer, step_of)
+    handle = WatchHandle(watcher, recorder, own, backend, collector)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "
                f"{recorder.group_path} (trial {recorder.trial_id}); open it with: comgra "

@@ -32,6 +32,10 @@ LAYERS = [
     ("comgra_like.probe", "probe"),
     ("comgra_like.recorder", "record"),
     ("comgra_like.watching", "record"),  # watch(): the public face of record/hooks.py
+    # the training side of the metrics (torch): hooks, the config resolved on a model
+    ("comgra_like.metrics.collect", "record"),
+    ("comgra_like.metrics.config", "record"),
+    ("comgra_like.metrics.monitor", "monitor"),  # Taiyi's Monitor: records and reads back
     ("comgra_like.metrics", "metrics"),
     ("comgra_like.vocabulary", "shared"),
     ("comgra_like.errors", "shared"),
@@ -56,6 +60,8 @@ ALLOWED = {
     "query": {"shared", "format", "metrics"},
     "analysis": {"shared", "format", "query"},
     "app": {"shared", "format", "query", "analysis", "metrics"},
+    # Taiyi's Monitor records (record) and answers get_output() from the store (query)
+    "monitor": {"shared", "format", "protocol", "transport", "record", "query", "metrics"},
     # the probe loop: serves edited inputs (record computes flows, format stores them)
     "probe": {"shared", "format", "record", "query"},
     # the tutorial trains (record) and its plugin reads (query)
@@ -77,6 +83,7 @@ FORBIDDEN_EXTERNAL = {
     "analysis": {"torch", "dash", "plotly"},
     "app": {"torch"},
     "probe": {"dash", "plotly"},
+    "monitor": {"dash", "plotly"},
     "scripts": set(),
 }
 

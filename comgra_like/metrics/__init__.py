@@ -5,21 +5,12 @@ the covariance spectra that stay affordable on wide layers; the writer process c
 them (numpy only). ``schedule.py`` (``linear(k, o)``) and ``user.py`` (user metrics) are
 torch-free too. The training side needs torch and is loaded on first use:
 ``config.py`` (Taiyi's config resolved on a model), ``collect.py`` (the hooks),
-``monitor.py`` (Taiyi's ``Monitor``); ``comgra_like.watch(model, metrics=...)`` uses them.
+``monitor.py`` (Taiyi's ``Monitor``, exported as ``comgra_like.Monitor``);
+``comgra_like.watch(model, metrics=...)`` and ``track_module(..., metrics=...)`` use them.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from .user import UserMetric
 
-__all__ = ["Monitor", "UserMetric"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Monitor":  # needs torch: loaded on first use, never by the writer
-        from .monitor import Monitor
-
-        return Monitor
-    raise AttributeError(f"module 'comgra_like.metrics' has no attribute {name!r}")
+__all__ = ["UserMetric"]

@@ -23,6 +23,7 @@ when the training process speaks another version (:class:`Start`).
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
@@ -298,6 +299,47 @@ class WatchReport(Message):
     report: dict
 
 
+@dataclass
+class MetricData(Message):
+    """What the per-module metrics (``comgra_like.metrics``) of one step need, sent on the
+    steps their schedules name (independent of recorded steps): ``modules`` is
+    ``[[module, module_class, [built-in metric names], {need: array}], ...]`` with an
+    array as ``[dtype, shape, data]`` (``data`` bytes, base64 on the wire) and
+    ``output_grad`` a list of arrays, one per backward pass; ``values`` are numbers the
+    training process computed (user metrics, the loss), each with its own step: ``[step,
+    module, module_class, metric, backward_pass, value, wall time]`` (value None for NaN).
+    ``step`` is -1 in a message of ``values`` only.
+
+    With ``path`` (the process transport) the arrays' bytes are in that shared-memory
+    file (in a segment folder, named with the segment prefix) and ``data`` is their
+    offset; the writer reads the file once and unlinks it. Megabytes of arrays as JSON
+    text cost the training thread ~30 ms per megabyte; the file costs a copy."""
+
+    OP: ClassVar[str] = "metrics"
+    step: int
+    toe: str
+    time: float
+    modules: list
+    values: list
+    path: str | None = None
+
+    def encode(self) -> str:
+        body = {"op": self.OP, "step": self.step, "toe": self.toe, "time": self.time,
+                "modules": self.modules, "values": self.values, "path": self.path}
+        return json.dumps(body, separators=_COMPACT, default=_base64)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> MetricData:
+        return cls(obj["step"], obj["toe"], obj["time"], obj["modules"], obj["values"],
+                   obj.get("path"))
+
+
+def _base64(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} cannot be sent to the writer")
+
+
 # ----- writer -> training process -----------------------------------------------------
 
 
@@ -346,8 +388,8 @@ class Closed(Message):
 
 _MESSAGES: dict[str, type[Message]] = {
     m.OP: m for m in (Start, Segment, Step, Kpis, Config, Flush, Close, Modules, Note, Graph,
-                      Watch, WatchStep, ModuleGraph, WatchReport, Ready, Free, Flushed, Failed,
-                      Closed)
+                      Watch, WatchStep, ModuleGraph, WatchReport, MetricData, Ready, Free,
+                      Flushed, Failed, Closed)
 }
 
 

@@ -28,6 +28,7 @@ from ..format.trial import mark_trial_aborted
 from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, UPDATE
 from . import protocol
 from .compaction import compact_trial
+from .metrics import Metrics
 from .processors import StepInput, make_processors
 from .protocol import CaptureSpec, Start
 from .shards import ShardBuffer
@@ -80,6 +81,7 @@ class Worker:
         self.shards = ShardBuffer(self.trial_dir, background=background_writes,
                                   flush_seconds=start.flush_seconds, files=files)
         self.processors = make_processors(start)
+        self.metrics = Metrics(start.trial_id)  # the per-module metrics (comgra_like.metrics)
         self.segments: dict[tuple[int, int], np.ndarray] = {}
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
@@ -176,6 +178,8 @@ class Worker:
             self._guard(lambda: self._graph(msg.digest, msg.structure, module=True))
         elif isinstance(msg, protocol.WatchReport):
             self._guard(lambda: self.files.write_json(self.trial.watch_json, msg.report))
+        elif isinstance(msg, protocol.MetricData):
+            self._guard(lambda: self.shards.add(self.metrics.table(msg)))
         elif isinstance(msg, protocol.Config):
             self.shards.flush_seconds = float(msg.flush_seconds)
         else:
