@@ -32,7 +32,14 @@ from ..errors import ComgraError
 from ..format.graphs import canonical_hash
 from ..vocabulary import CALCULATED, INPUT
 from ..writer.protocol import ModuleGraph, Watch, WatchReport, WatchStep
-from .module_graph import Invocation, build, parse_extra_repr, tensor_key
+from .module_graph import (
+    Invocation,
+    edges_of,
+    parse_extra_repr,
+    structure,
+    structure_key,
+    tensor_key,
+)
 
 log = logging.getLogger("comgra_like")
 
@@ -161,6 +168,8 @@ class Watcher:
         self.backward_count = 0
         self._callback_queued = False
         self._sent_graphs: set[str] = set()
+        self._graph_keys: dict[tuple, str] = {}  # structure key -> module graph hash
+        self.graphs_hashed = 0  # module graph structures built and hashed (a counter)
         # A module's extra_repr rows, parsed once: they describe its configuration, which
         # does not change between steps (parsing them on every call cost every recorded step)
         self._extra_repr: dict[str, dict[str, str]] = {}
@@ -183,16 +192,36 @@ class Watcher:
 
     def _hook(self) -> None:
         m = self.module
+        name = self.names[id(m)]
         self.handles.append(m.register_forward_pre_hook(self._root_pre, with_kwargs=True))
-        for sub in m.modules():
-            name = self.names[id(sub)]
-            self.handles.append(sub.register_forward_pre_hook(
-                self._pre_of(name, sub), with_kwargs=True))
-            self.handles.append(sub.register_forward_hook(
-                self._post_of(name), with_kwargs=True))
+        self.handles.append(m.register_forward_pre_hook(self._pre_of(name, m),
+                                                        with_kwargs=True))
+        self.handles.append(m.register_forward_hook(self._post_of(name), with_kwargs=True))
         self.handles.append(m.register_forward_hook(self._root_post, with_kwargs=True))
+        # The submodules' hooks exist only while a recorded forward runs (_set_active):
+        # a module without hooks takes torch's fast path, so that on steps that are not
+        # recorded watching costs the root's two hooks and nothing per submodule.
+        self._subs = [(self.names[id(sub)], sub) for sub in m.modules() if sub is not m]
+        self._sub_handles: list = []
+        self.hooks_installed = 0  # times the submodules' hooks were put in (a counter)
+
+    def _set_active(self, on: bool) -> None:
+        self.active = on
+        if on and not self._sub_handles and not self.closed:
+            handles = self._sub_handles
+            for name, sub in self._subs:
+                handles.append(sub.register_forward_pre_hook(self._pre_of(name, sub),
+                                                             with_kwargs=True))
+                handles.append(sub.register_forward_hook(self._post_of(name),
+                                                         with_kwargs=True))
+            self.hooks_installed += 1
+        elif not on and self._sub_handles:
+            for h in self._sub_handles:
+                h.remove()
+            self._sub_handles = []
 
     def remove_hooks(self) -> None:
+        self._set_active(False)
         for h in self.handles:
             h.remove()
         self.handles.clear()
@@ -226,7 +255,7 @@ class Watcher:
         if not self.own:
             self._follow_recorder(module, args, kwargs)
             return
-        self.active = False  # (a forward that raised left it on)
+        self._set_active(False)  # (a forward that raised left it on)
         if module.training:
             if self.s.delay_log_multi_backward and not self.backward_seen and (
                     self.open == TRAINING or self.open_skipped):
@@ -262,10 +291,10 @@ class Watcher:
     def _follow_recorder(self, module, args, kwargs) -> None:
         rec = self.rec
         if not rec._recording:
-            self.active = False
+            self._set_active(False)
             return
         if rec._stage != "iteration":
-            self.active = False
+            self._set_active(False)
             if not self.outside_iteration:
                 self.outside_iteration = True
                 log.warning(
@@ -274,7 +303,7 @@ class Watcher:
                     "call the model between them", rec.training_step, self.root)
             return
         if not module.training and self.s.eval_mode == "skip":
-            self.active = False
+            self._set_active(False)
             self.eval_skipped = "eval_mode='skip'"
             return
         key = (rec.training_step, rec.iteration)
@@ -285,7 +314,7 @@ class Watcher:
             self.iteration = rec.iteration
             self.batch_size = rec._batch_size or _batch_size(args, kwargs)
             self._reset_iteration()
-        self.active = True
+        self._set_active(True)
 
     def _start_step(self, k: int, toe: str, args, kwargs) -> None:
         self.batch_size = _batch_size(args, kwargs)
@@ -304,7 +333,7 @@ class Watcher:
             self.rec.start_iteration()
         self.iteration += 1
         self._reset_iteration()
-        self.active = True
+        self._set_active(True)
 
     def _reset_iteration(self) -> None:
         self.calls = {}
@@ -318,7 +347,7 @@ class Watcher:
         if self.open is None:
             return
         toe, self.open = self.open, None
-        self.active = False
+        self._set_active(False)
         try:
             if not self.s.structure_only:
                 if self.rec._stage == "iteration":  # a forward that raised never ended it
@@ -337,7 +366,7 @@ class Watcher:
             if self.own and self.s.delay_log_multi_backward and self.open_skipped:
                 self._watch_backward(output, self._mark_backward)
             return
-        self.active = False
+        self._set_active(False)
         self._send_module_graph()
         self.invocations = []
         self.stack = []
@@ -474,12 +503,23 @@ class Watcher:
     # ----- module graph, configuration, report ------------------------------------------
 
     def _send_module_graph(self) -> None:
-        structure = build(self.invocations, self.batch_size)
-        digest = canonical_hash(structure)
+        invocations = self.invocations
+        edges = edges_of(invocations)
+        # Steps repeat their structure: a key of plain tuples finds its hash without
+        # building and hashing the JSON again
+        key = structure_key(invocations, edges, self.batch_size)
+        digest = self._graph_keys.get(key)
         writer = self.rec.writer
-        if digest not in self._sent_graphs:
-            self._sent_graphs.add(digest)
-            writer.submit(ModuleGraph(digest, structure))
+        if digest is None:
+            graph = structure(invocations, edges, self.batch_size)
+            digest = canonical_hash(graph)
+            self.graphs_hashed += 1
+            if len(self._graph_keys) >= 4096:  # structures that change every step
+                self._graph_keys.clear()
+            self._graph_keys[key] = digest
+            if digest not in self._sent_graphs:
+                self._sent_graphs.add(digest)
+                writer.submit(ModuleGraph(digest, graph))
         try:
             time = float(self.s.time_fn(self.module, self.step_no))
         except Exception:  # noqa: BLE001 - a time_log that fails falls back to the step
@@ -570,7 +610,7 @@ class Watcher:
         if self.closed:
             return
         self.closed = True
-        self.active = False
+        self._set_active(False)
         self.remove_hooks()
         try:
             if self.own:

@@ -110,8 +110,8 @@ def _sources(start: object, known: dict[object, tuple[str, str]]) -> list[tuple[
     return list(found)
 
 
-def build(invocations: list[Invocation], batch_size: int) -> dict:
-    """The module graph structure of one forward (JSON-ready)."""
+def edges_of(invocations: list[Invocation]) -> list[list[str]]:
+    """The edges of one forward's module graph, sorted (the walks through autograd)."""
     children: dict[str | None, list[Invocation]] = {}
     for inv in invocations:
         children.setdefault(inv.parent, []).append(inv)
@@ -138,6 +138,23 @@ def build(invocations: list[Invocation], batch_size: int) -> dict:
             for role, _t, key in parent.outputs:
                 for src, src_role in _sources(key, known):
                     edges.append([src, src_role, f"{parent.id}:output", role])
+    return sorted(edges)
+
+
+def structure_key(invocations: list[Invocation], edges: list[list[str]],
+                  batch_size: int) -> tuple:
+    """Plain tuples that determine ``structure(invocations, edges, batch_size)``: a
+    forward with the same key has the same structure, and so the same hash (a module's
+    class and ``extra_repr`` are fixed by its name)."""
+    return (batch_size, tuple([
+        (inv.id, inv.module, inv.parent,
+         tuple([(r, tuple(t.shape)) for r, t, _k in inv.inputs]),
+         tuple([(r, tuple(t.shape)) for r, t, _k in inv.outputs]))
+        for inv in invocations]), tuple(map(tuple, edges)))
+
+
+def structure(invocations: list[Invocation], edges: list[list[str]], batch_size: int) -> dict:
+    """The module graph structure of one forward (JSON-ready)."""
     return {
         "invocations": [{
             "id": inv.id, "module": inv.module, "parent": inv.parent, "class": inv.cls,
@@ -145,5 +162,10 @@ def build(invocations: list[Invocation], batch_size: int) -> dict:
             "inputs": [{"role": r, "shape": _shape(t, batch_size)} for r, t, _k in inv.inputs],
             "outputs": [{"role": r, "shape": _shape(t, batch_size)} for r, t, _k in inv.outputs],
         } for inv in invocations],
-        "edges": sorted(edges),
+        "edges": edges,
     }
+
+
+def build(invocations: list[Invocation], batch_size: int) -> dict:
+    """The module graph structure of one forward (JSON-ready)."""
+    return structure(invocations, edges_of(invocations), batch_size)
