@@ -44,6 +44,8 @@ class Capturer:
         self._plan_ids = itertools.count()
         self._msg_parts: dict[tuple, tuple[int, str]] = {}
         self._json_parts: dict[tuple, str] = {}
+        self.plans_made = 0  # captures planned afresh (a counter; the rest reuse a plan)
+        self.captures = 0
 
     def capture(self, step: Step, batch_size: int, regs: list[Registration],
                 tensors: list[torch.Tensor], recording_types: str | list[str]) -> None:
@@ -61,7 +63,9 @@ class Capturer:
         key = (recording_types if single else tuple(recording_types), tuple(slot.fill),
                batch_size, tuple([r.sig_id for r in regs]))
         plan = slot.plans.get(key)
+        self.captures += 1
         if plan is None:
+            self.plans_made += 1
             plan = self._plan(slot, regs, tensors, [recording_types] * len(regs)
                                       if single else recording_types)
             if len(slot.plans) >= 64:  # tensors that change every step: plan afresh

@@ -84,6 +84,10 @@ class WriterClient:
         self._last_receive = 0.0
         self._largest_need = 0  # elements: the most any step sent so far needed
         self._segment_seq = 0
+        self.segments_created = 0  # shared-memory segments made so far (a counter)
+        # Recorded steps that waited for a free slot, and the seconds they waited
+        self.waits = 0
+        self.waited_seconds = 0.0
         self._shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
         self._segment_dirs = list(dict.fromkeys((self._shm_dir, tempfile.gettempdir())))
         # Unique to this writer (not id(self), which a later writer may reuse): its
@@ -339,7 +343,11 @@ class WriterClient:
                 # Training waits for the writer from now on: it stops giving way to this
                 # process's threads for the step it is reducing (scheduling.py).
                 self._write(protocol.HURRY.decode())
-        self._wait_for(lambda: bool(self._free))
+        if not self._free:
+            self.waits += 1
+            began = time.monotonic()
+            self._wait_for(lambda: bool(self._free))
+            self.waited_seconds += time.monotonic() - began
         slot = self._slots[self._free.pop()]
         # A slot that overflowed into more segments keeps them (allocate() grows the last
         # one twofold, so they stay few): merging them into one would mean fresh shared
@@ -372,6 +380,7 @@ class WriterClient:
 
     def _add_segment(self, slot: Slot, nelems: int) -> None:
         index = len(slot.segments)
+        self.segments_created += 1
         if self._proc is None:
             seg = Segment(nelems, None)
             slot.segments.append(seg)
