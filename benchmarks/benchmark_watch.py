@@ -174,6 +174,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         chunk_ratios.append(sum(b_times[nb:]) / sum(a_times[na:]))
     if profiler is not None:
         profiler.dump_stats(args.cprofile)
+    counters = _counters(args.contender, attached.obj)
     t0 = perf()
     attached.close()
     close_s = perf() - t0
@@ -209,6 +210,23 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "first_logged_ms": first_logged_ms,
         "attach_s": attach_s,
         "close_s": close_s,
+        "counters": counters,
+    }
+
+
+def _counters(contender: str, handle: Any) -> dict[str, Any] | None:
+    """comgra_like's counters of the run (its public attributes; see docs/PERFORMANCE.md):
+    recorded steps that waited for the writer and how long, shared-memory segments and
+    slots, capture plans made per capture, module graphs hashed."""
+    if contender != "watch" or handle is None:
+        return None
+    rec = handle.recorder
+    writer, capturer, watcher = rec.writer, rec._capturer, handle._watcher
+    return {
+        "waits": writer.waits, "waited_s": writer.waited_seconds,
+        "segments": writer.segments_created, "slots": len(writer._slots),
+        "plans_made": capturer.plans_made, "captures": capturer.captures,
+        "graphs_hashed": watcher.graphs_hashed, "steps_recorded": watcher.steps_recorded,
     }
 
 
@@ -464,9 +482,17 @@ def main(argv: list[str] | None = None) -> int:
                     notes.append(f"error: {key} failed in round {rep + 1}")
                     continue
                 runs.setdefault(key, []).append(res)
-                print(f"    {key:32s} x{res['ratio']:.3f}  bare {res['bare_median_ms']:.2f} ms  "
+                c = res.get("counters")
+                print(f"    {key:32s} x{res['ratio']:.3f}  cpu x{res['cpu_ratio']:.3f}  bare "
+                      f"{res['bare_median_ms']:.2f} ms  "
                       f"logged {_fmt(res['logged_median_ms'], '.1f')} ms  "
-                      f"({res['wall_s']:.0f} s)", flush=True)
+                      f"({res['wall_s']:.0f} s)"
+                      + ("" if not c else
+                         f"  waits {c['waits']} ({c['waited_s']:.2f} s), segments "
+                         f"{c['segments']} in {c['slots']} slots, plans "
+                         f"{c['plans_made']}/{c['captures']}, graphs hashed "
+                         f"{c['graphs_hashed']}/{c['steps_recorded']}")
+                      + f"  load {os.getloadavg()[0]:.1f}", flush=True)
                 shutil.rmtree(root, ignore_errors=True)
     finally:
         summary = {k: _summarize(v) for k, v in runs.items()}

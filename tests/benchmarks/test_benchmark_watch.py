@@ -105,3 +105,16 @@ def test_the_bound_copies_every_io_gradient_and_parameter_on_logged_steps_only(m
         assert torch.equal(p, q)
     W.train_step(work.model, opt, work, gen)  # unhooked: nothing more copied
     assert floor.copied == 2 * (2 * n_params + n_io + n_io_grad)
+
+
+def test_the_benchmark_reports_watch_counters(tmp_path):
+    done = _run(tmp_path, "--contenders", "bare,watch", "--models", "mlp")
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "out" / "benchmark_watch_results.json").read_text())
+    c = results["runs"]["mlp/10/watch"][0]["counters"]
+    # steps 0 (warm-up), 10 and 20 (timed) at log_freq 10; the last one sent at close
+    assert c["steps_recorded"] == 3
+    assert c["graphs_hashed"] == 1  # one structure, hashed once
+    assert 1 <= c["segments"] and 1 <= c["slots"] <= 8
+    assert c["plans_made"] <= c["captures"] and c["waits"] >= 0
+    assert "graphs hashed 1/3" in done.stdout
