@@ -527,7 +527,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             return f"Asked for {what}; its request cannot be read."
         if request.status == DONE:
             took = f" in {request.seconds:.2f} s" if request.seconds is not None else ""
-            return f"Computed {what}{took} in the serving process: shown above."
+            note = f" Note: {request.note}." if request.note else ""
+            return f"Computed {what}{took} in the serving process: shown above.{note}"
         if request.status == FAILED:
             return f"The serving process could not compute {what}: {request.error}"
         alive = serving(trial)

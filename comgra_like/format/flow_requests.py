@@ -6,7 +6,9 @@ matrix). The GUI, which has no torch and no network, asks for the row of one uni
 the flow's target: it writes a request here; the process running
 ``comgra_like.probe.serve`` (which has the network) picks it up, runs its function on
 the input the flow was computed for (the probe's input, or the recorded sample stored
-with the chain), computes that unit's row with one backward pass and stores it as a
+with the chain), computes that unit's Jacobian row with one backward pass, weights it
+by the upstream gradient stored with the record (so the row is the stored flow's even
+when the served loss differs from the run's) and stores it as a
 ``partial`` flow record in ``flows/`` whose ``chain_id`` is :func:`rows_chain_id` of
 the asked record, so a reader joins the rows to the record they complete. Files::
 
@@ -88,6 +90,7 @@ class RowRequest:
     record_ids: tuple[str, ...]  # the row records written (done)
     error: str | None
     seconds: float | None  # the serving process's time for it
+    note: str | None = None  # e.g. the served network's values differ from the record's
 
 
 def _record_meta(group: str | os.PathLike, trial_id: str, record_id: str,
@@ -181,7 +184,7 @@ def read_request(group: str | os.PathLike, trial_id: str, request_id: str,
             weighting=str(q.get("weighting") or "gradient"), created=float(q["created"]),
             status=str(r.get("status", ff.PENDING)),
             record_ids=tuple(str(x) for x in r.get("record_ids", ())),
-            error=r.get("error"), seconds=r.get("seconds"))
+            error=r.get("error"), seconds=r.get("seconds"), note=r.get("note"))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise StorageError(f"{path} is not a row request ({type(e).__name__}: {e})") from e
 

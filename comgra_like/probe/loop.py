@@ -79,16 +79,43 @@ def _served_input(group: str | os.PathLike, trial_id: str, request: fr.RowReques
     return np.array(value)[None], 0
 
 
+def _weight_like(flow: Any, stored: Any, request: fr.RowRequest) -> str | None:
+    """Weight the served Jacobian rows by the record's own upstream gradient, so that
+    they are rows of the stored flow: the Jacobian depends only on the sample's input
+    (samples not interacting), while the served function's loss may differ from the
+    run's (no labels for an edited input, a batch of one instead of the run's batch
+    averaged over). Returns a note when the served values differ from the record's."""
+    flow.weighting = request.weighting
+    if stored.grad_target is not None:
+        flow.grad_target = np.array(stored.grad_target)
+        flow.grad_source = (np.array(stored.grad_source) if stored.grad_source is not None
+                            else flow.grad_source)
+        if request.weighting == "gradient":
+            g = flow.grad_target.reshape(-1)[np.asarray(request.units)]
+            flow.flow = flow.flow * g.reshape((-1,) + (1,) * (flow.flow.ndim - 1))
+    elif request.weighting == "gradient":
+        raise ConfigurationError(f"record {request.record_id} stores no gradient of "
+                                 f"{request.target!r}: its rows cannot be weighted by it")
+    if stored.value_target is not None and not np.allclose(
+            flow.value_target, stored.value_target, rtol=1e-4, atol=1e-6):
+        return (f"the served network's {request.target} differs from the record's (its "
+                "weights changed since?): the row is the current network's Jacobian")
+    return None
+
+
 def run_row_request(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
                     trial_id: str, request_id: str) -> dict:
     """Answer one row request (comgra_like.format.flow_requests): run ``fn`` on the
     input the asked record was computed for, compute the asked units' rows of that pair
-    alone (one batched backward pass per 128 units) and store them as a partial record
-    whose chain id is ``rows_chain_id(record_id)``. Writes and returns the result; a
+    alone (one batched backward pass per 128 units), weighted by the record's stored
+    upstream gradient, and store them as a partial record whose chain id is
+    ``rows_chain_id(record_id)``. Writes and returns the result; a
     failure is the result (status ``failed``), not raised."""
+    from ..query import flows as qf
+
     started = time.time()
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"request_id": request_id, "started": started}
+    result: dict[str, Any] = {"request_id": request_id, "started": started, "note": None}
     chain = None
     try:
         request = fr.read_request(group, trial_id, request_id)
@@ -99,7 +126,9 @@ def run_row_request(fn: Callable[[torch.Tensor], FlowChain], group: str | os.Pat
                 f"the served function returned {type(chain).__name__}; it must return the "
                 "FlowChain of its nodes after the backward pass (see comgra_like.probe.serve)")
         flow = chain.flow(request.source, request.target, sample, rows=list(request.units),
-                          weighting=request.weighting)
+                          weighting="none")
+        stored = qf.read_flow(group, trial_id, request.record_id)
+        result["note"] = _weight_like(flow, stored, request)
         flow.position = request.position
         ids = write_flows([flow], group, trial_id, training_step=request.training_step,
                           iteration=request.iteration, probe_id=request.probe_id,

@@ -157,6 +157,28 @@ def test_request_files_and_refusals(tmp_path):
     got = open_group(group_dir).read_flow("t", req.record_ids[0])
     ref = fn(torch.ones(2, 3)).flows(1)[0].flow  # the full 4x3 matrix
     np.testing.assert_allclose(got.flow, ref[[1, 3]], rtol=1e-6)
+    assert req.note is None  # the same network: the values match the record's
+
+    # a served loss other than the run's (x3, as an edited input without labels would
+    # have): the rows are still the stored flow's, weighted by the record's own gradient
+    def tripled(x: torch.Tensor) -> FlowChain:
+        chain = FlowChain()
+        y = chain.node("y", torch.tanh(lin(chain.node("x", x))))
+        chain.backward(3 * (y ** 2).sum())
+        return chain
+
+    again = request_rows(group_dir, "t", big, [0, 2])
+    serve(tripled, group=group_dir, trial_id="t", max_rows=1, timeout=60)
+    answer = open_group(group_dir).read_flow(
+        "t", fr.read_request(group_dir, "t", again).record_ids[0])
+    np.testing.assert_allclose(answer.flow, ref[[0, 2]], rtol=1e-6)
+    # the network changed since the record: answered, with a note saying so
+    with torch.no_grad():
+        lin.bias += 1.0
+    changed = request_rows(group_dir, "t", big, [0])
+    serve(fn, group=group_dir, trial_id="t", max_rows=1, timeout=60)
+    assert "differs from the record's" in fr.read_request(group_dir, "t", changed).note
+
     beat = fr.serving(group_dir, "t")
     assert not beat.alive and beat.stopped is not None and beat.pid is not None
     # a heartbeat is alive while fresh, stale after STALE_SECONDS (given times, no waiting)
