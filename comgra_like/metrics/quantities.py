@@ -254,6 +254,21 @@ def _rms(source: str) -> Callable[[ModuleData, dict], float]:
     return compute
 
 
+def _sample_norm(normalize: bool) -> Callable[[ModuleData, dict], float]:
+    """The batch mean of each sample's output norm (monitorch 0.1.0.7's OutputNorm), or of
+    its RMS: independent of the batch size, unlike the whole tensor's norm."""
+    def compute(data: ModuleData, state: dict) -> float:
+        y = np.asarray(data.get("output"), dtype=np.float64)
+        rows = y.reshape(1, -1) if y.ndim <= 1 else y.reshape(y.shape[0], -1)
+        if rows.size == 0:
+            return math.nan
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        if normalize:
+            norms = norms / math.sqrt(rows.shape[1])
+        return _float(norms.mean())
+    return compute
+
+
 def _input_mean(data: ModuleData, state: dict) -> float:
     x = np.asarray(data.get("input"), dtype=np.float64)
     return _float(x.mean()) if x.size else math.nan
@@ -573,9 +588,11 @@ def _monitorch() -> list[Quantity]:
     since = ("; with a schedule, the update spans the steps since the previous computation "
              "(monitorch: one optimizer step)")
     table = [
-        _q("OutputNorm", {"output"}, _norm("output"), "‖Y‖_F", "size of the module's output",
+        _q("OutputNorm", {"output"}, _sample_norm(False), "mean over samples i of ‖Y_i‖",
+           "size of one sample's output (batch-size independent)",
            MONITORCH + "lens OutputNorm"),
-        _q("OutputRMS", {"output"}, _rms("output"), "‖Y‖_F / sqrt(numel Y)",
+        _q("OutputRMS", {"output"}, _sample_norm(True),
+           "mean over samples i of ‖Y_i‖ / sqrt(numel Y_i)",
            "typical magnitude of one output element", MONITORCH + "lens OutputNorm "
            "(normalize_by_size=True)"),
         _q("OutputGradRMS", {"output_grad"}, _rms("output_grad"), "‖∂L/∂Y‖_F / sqrt(numel)",

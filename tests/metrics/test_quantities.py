@@ -242,11 +242,14 @@ def test_norms_and_moments_match_torch(shape, seed):
                       extra={"bias_grad": arrays["bias_grad"]})
     t = {k: torch.from_numpy(v).double() for k, v in arrays.items()}
     norm = torch.linalg.vector_norm
+    output = t["output"]
+    per_sample = output.reshape(1, -1) if output.dim() == 1 else output.flatten(1)
     expected = {
         "WeightNorm": norm(t["weight"]), "WeightGradNorm": norm(t["weight_grad"]),
         "InputSndNorm": norm(t["input"]), "OutputGradSndNorm": norm(t["output_grad"]),
-        "OutputNorm": norm(t["output"]), "BiasGradNorm": norm(t["bias_grad"]),
-        "OutputRMS": norm(t["output"]) / math.sqrt(t["output"].numel()),
+        "BiasGradNorm": norm(t["bias_grad"]),
+        "OutputNorm": per_sample.norm(dim=1).mean(),
+        "OutputRMS": (per_sample.norm(dim=1) / math.sqrt(per_sample.shape[1])).mean(),
         "OutputGradRMS": norm(t["output_grad"]) / math.sqrt(t["output"].numel()),
         "WeightRMS": t["weight"].pow(2).mean().sqrt(),
         "WeightGradRMS": t["weight_grad"].pow(2).mean().sqrt(),
