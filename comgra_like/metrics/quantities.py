@@ -664,3 +664,16 @@ def get_quantity(name: str) -> Quantity:
         raise ConfigurationError(
             f"unknown metric {name!r}; the built-in metrics are: "
             f"{', '.join(sorted(QUANTITIES))} (or pass a user metric class)") from None
+
+
+def markdown_table() -> str:
+    """The README's quantity table, from the definitions above (one row per quantity)."""
+    lines = ["| quantity | formula | what it tells you | reference | differs from the original |",
+             "|---|---|---|---|---|"]
+    for q in QUANTITIES.values():
+        flags = [f for f, on in (("per backward pass", q.per_backward),
+                                 ("multi-step", q.stateful), ("vector", q.vector)) if on]
+        name = q.name + (f" ({', '.join(flags)})" if flags else "")
+        cells = [name, q.formula, q.meaning, q.reference, q.differs or "—"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)

@@ -528,3 +528,10 @@ def test_every_quantity_is_documented_and_tested_here():
                 if f'"{name}"' not in source and not any(
                     name.endswith(suffix) for suffix in (*COV_SUFFIXES, "CovSpectrum"))]
     assert untested == []
+
+
+def test_the_readme_table_has_one_row_per_quantity():
+    from comgra_like.metrics.quantities import markdown_table
+    rows = markdown_table().splitlines()[2:]
+    assert [row.split(" | ")[0].lstrip("| ").split(" (")[0] for row in rows] == list(QUANTITIES)
+    assert all(row.count(" | ") == 4 for row in rows)  # pipes inside cells are escaped
