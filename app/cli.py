@@ -1,6 +1,6 @@
 """``comgra``: start the GUI on a group folder.
 
-comgra --path DIR [--port 8055] [--host 127.0.0.1] [--visualization-file FILE]
+comgra --path DIR|s3://BUCKET/PREFIX/GROUP [--s3-endpoint URL] [--port 8055] [--host 127.0.0.1] [--visualization-file FILE]
        [--use-path-for-test-run] [--refresh SECONDS] [--cache-mb MB] [--debug]
 comgra findings --path DIR [--trial T] [--json] [--fail-on SEVERITY]   (analysis/cli.py)
 """
@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 from comgra_like import paths
+from comgra_like.errors import ComgraError
+from comgra_like.format.files import files_for, is_object_store
 from comgra_like.format.layout import TRIAL_JSON, TRIALS_DIR, is_hidden, trials_dir
 
 from .plugin import check_plugin_file
@@ -29,13 +34,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument(
-        "--path", type=Path, help="the group folder: <comgra_root_path>/<group> of the recorder"
+        "--path", type=Path, help="the group folder: <comgra_root_path>/<group> of the recorder "
+        "(s3://bucket/prefix/group for a group on S3; credentials and region from the AWS_* "
+        "environment variables)"
     )
     where.add_argument(
         "--use-path-for-test-run",
         action="store_true",
         help="open the group written by comgra-test-run (the tutorial), with its "
         "example visualization",
+    )
+    parser.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        default=None,
+        help="an S3-compatible server for s3:// paths, e.g. http://127.0.0.1:9000 (sets "
+        "AWS_ENDPOINT_URL_S3; default: that variable, AWS_ENDPOINT_URL, or AWS itself)",
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     parser.add_argument(
@@ -65,6 +79,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="Dash dev tools and debug logging")
     return parser
+
+
+def describe_object_path(path: Path) -> tuple[str, str | None]:
+    """describe_path for an s3:// group: one listing tells whether anything is there."""
+    files = files_for(path)
+    shown = files.display(path)
+    try:
+        names = files.fs.get_file_info(pafs.FileSelector(files.key(path), allow_not_found=True))
+    except OSError as exc:
+        return "error", (
+            f"cannot list {shown} ({' '.join(str(exc).split())}); check the bucket's name and "
+            "the AWS_* environment variables (credentials, AWS_REGION; --s3-endpoint or "
+            "AWS_ENDPOINT_URL for an S3-compatible server)")
+    if not names:
+        return "wait", (f"nothing is stored under {shown} yet. The GUI starts and shows the "
+                        "data as soon as a recorder writes there (--path is "
+                        "<comgra_root_path>/<group>).")
+    return "ok", None
 
 
 def describe_path(path: Path) -> tuple[str, str | None]:
@@ -125,11 +157,20 @@ def main(argv: list[str] | None = None) -> int:
                 "The GUI starts and waits for it.",
                 file=sys.stderr,
             )
+    elif is_object_store(args.path):
+        if args.s3_endpoint:  # for this process and the ones it starts
+            os.environ["AWS_ENDPOINT_URL_S3"] = args.s3_endpoint
+        path = args.path
     else:
         path = args.path.expanduser()
-    path = path.absolute()
+    if not is_object_store(path):
+        path = path.absolute()
 
-    verdict, message = describe_path(path)
+    try:
+        verdict, message = (describe_object_path(path) if is_object_store(path)
+                            else describe_path(path))
+    except ComgraError as exc:  # e.g. a malformed endpoint
+        verdict, message = "error", str(exc)
     if verdict == "error":
         print(f"comgra: error: {message}", file=sys.stderr)
         return 2
@@ -174,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(
-        f"comgra: showing {path}\ncomgra: open http://{shown_host}:{args.port}/ (Ctrl+C stops)",
+        f"comgra: showing {files_for(path).display(path)}\ncomgra: open http://{shown_host}:{args.port}/ (Ctrl+C stops)",
         flush=True,
     )
     try:

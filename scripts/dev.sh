@@ -70,7 +70,7 @@ case "${1:-}" in
         shift
         setup_test
         set +e
-        REQUIRE_BROWSER=1 REQUIRE_SPARK=1 "$VENV/bin/python" -m pytest "$@"
+        REQUIRE_BROWSER=1 REQUIRE_SPARK=1 REQUIRE_S3=1 "$VENV/bin/python" -m pytest "$@"
         rc=$?
         set -e
         if [ "$rc" -eq 5 ]; then
