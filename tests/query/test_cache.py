@@ -74,8 +74,9 @@ def test_groups_and_the_gui_can_share_one_cache(tmp_path, tiny_group):
     assert not np.array_equal(a.values, b.values)
     np.testing.assert_array_equal(first.read_tensor(*key).values, a.values)  # from the cache
     np.testing.assert_array_equal(second.read_tensor(*key).values, b.values)
-    assert first.cache is shared and len(shared) == 4
+    # the GUI's two, and per group the step's table and its file's footer
+    assert first.cache is shared and len(shared) == 6
     shutil.rmtree(other / "trials" / "trial_a")  # a deleted trial leaves the cache
     second.refresh()
-    assert len(shared) == 3 and shared.get("a key of the GUI") == "kept"
+    assert len(shared) == 4 and shared.get("a key of the GUI") == "kept"
     assert shared.get(7) == "kept too"
