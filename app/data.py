@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from comgra_like.errors import ComgraError, NotFoundError
+from comgra_like.errors import ComgraError, ConfigurationError, NotFoundError
 from comgra_like.query.cache import ByteLRU, estimate_bytes
 from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH, RUNNING
 
@@ -186,6 +186,10 @@ class StatisticTable:
         a colour scale that stays the same while the steps change)."""
         rows = self._rows(recording_type, aggregation)
         return self.values[rows[~self.missing[rows]]]
+
+
+#: The rank selector's value for "all ranks merged" (a distributed recording).
+MERGED_RANKS = "merged"
 
 
 def _as_list(value: Any) -> list:
@@ -531,8 +535,16 @@ class AppData:
             (iteration, stored_node, stored_role), {}
         )
 
-    def read_tensor(self, current: Mapping[str, Any]) -> Any:
-        """The TensorRecord of a complete selection (raises NotFoundError)."""
+    def ranks(self, trial_id: str | None) -> list[int]:
+        """The ranks that recorded a trial ([0] for a single process; [] when unknown)."""
+        if not trial_id:
+            return []
+        return self._safely("ranks", lambda: self._group.list_ranks(trial_id), [])
+
+    def read_tensor(self, current: Mapping[str, Any], rank: Any = None) -> Any:
+        """The TensorRecord of a complete selection (raises NotFoundError); ``rank``: one
+        rank's (None: the lowest) or ``MERGED_RANKS``, all ranks merged (a selection of
+        one sample cannot be merged: a ConfigurationError says so)."""
         node = self.graph_node(
             current["trial"], current["training_step"], current["iteration"], current["node"]
         )
@@ -540,19 +552,16 @@ class AppData:
             raise NotFoundError(f"node {current['node']!r} is not in this graph")
         stored_node, stored_role, iteration = self.data_location(node, current["role"])
         aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
-        return self._group.read_tensor(
-            current["trial"],
-            current["training_step"],
-            iteration,
-            stored_node,
-            stored_role,
-            current["recording_type"],
-            aggregation,
-            sample_index,
-        )
+        args = (current["trial"], current["training_step"], iteration, stored_node,
+                stored_role, current["recording_type"], aggregation)
+        if rank == MERGED_RANKS:
+            return self._group.read_merged_tensor(*args)
+        return self._group.read_tensor(*args, sample_index, rank)
 
-    def read_series(self, current: Mapping[str, Any], statistic: str) -> pd.DataFrame:
-        """The statistic of the selected tensor over all recorded steps (cached per version)."""
+    def read_series(self, current: Mapping[str, Any], statistic: str,
+                    rank: Any = None) -> pd.DataFrame:
+        """The statistic of the selected tensor over all recorded steps (cached per
+        version), of one rank (None: the lowest) or ``MERGED_RANKS``."""
         node = self.graph_node(
             current["trial"], current["training_step"], current["iteration"], current["node"]
         )
@@ -576,7 +585,12 @@ class AppData:
             sample_index,
             statistic,
             toe,
+            rank,
         )
+        if rank == MERGED_RANKS:
+            return self.cached(key, lambda: self._merged_series(
+                current["trial"], stored_node, stored_role, iteration,
+                current["recording_type"], aggregation, statistic, toe))
         return self.cached(
             key,
             lambda: self._group.read_series(
@@ -589,8 +603,24 @@ class AppData:
                 iteration=iteration,
                 sample_index=sample_index,
                 type_of_execution=toe,
+                rank=rank,
             ),
         )
+
+    def _merged_series(self, trial_id: str, node: str, role: str, iteration: int,
+                       recording_type: str, aggregation: str, statistic: str,
+                       toe: str | None) -> pd.DataFrame:
+        """read_series' frame of every rank merged (query/ranks.py's rules)."""
+        if aggregation not in (*BATCH_AGGREGATIONS, NO_BATCH):
+            raise ConfigurationError(
+                "one sample belongs to one rank's batch and cannot be merged over ranks: "
+                "choose a rank, or a batch aggregation")
+        frame = self._group.read_merged_statistics(
+            trial_id, nodes=node, roles=role, recording_types=recording_type,
+            aggregations=aggregation, statistics=statistic, iterations=iteration,
+            types_of_execution=toe)
+        return frame[["training_step", "type_of_execution", "iteration", statistic]].rename(
+            columns={statistic: "value"}).reset_index(drop=True)
 
     def statistic_table(self, trial_id: str, statistic: str) -> StatisticTable | None:
         """One statistic of the whole trial for painting (one query, cached per version;

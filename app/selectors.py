@@ -21,7 +21,7 @@ from comgra_like.vocabulary import ANY_TYPE, SAMPLE
 
 from . import ids, views
 from . import selection as sel
-from .data import AppData
+from .data import MERGED_RANKS, AppData
 from .graph_figure import neighbor_in_direction
 from .parts import AppParts
 
@@ -40,6 +40,39 @@ PANEL_FIELDS: tuple[tuple[str, str], ...] = (
 DROPDOWN_FIELDS: tuple[str, ...] = tuple(f for f in sel.CHAIN if f != "training_step")
 _KEY_DIRECTIONS = {"left", "right", "up", "down"}
 _MAX_STEP_MARKS = 6
+
+
+#: The rank selector of a distributed recording (shown only when a trial has several).
+RANK_SELECT = "rank-select"
+RANK_BOX = "rank-box"
+MERGED_LABEL = "all ranks merged"
+
+
+def rank_options(ranks: Sequence[int]) -> list[dict[str, Any]]:
+    """The rank selector's options: none for a single rank, else "all ranks merged"
+    (the combined batch, query/ranks.py) and each rank."""
+    if len(ranks) <= 1:
+        return []
+    return [{"label": MERGED_LABEL, "value": MERGED_RANKS},
+            *({"label": f"rank {r}", "value": int(r)} for r in ranks)]
+
+
+def rank_value(options: Sequence[Mapping[str, Any]], value: Any) -> Any:
+    """The selected rank kept while it is an option; "all ranks merged" by default."""
+    values = [o["value"] for o in options]
+    if value in values:
+        return value
+    return MERGED_RANKS if values else None
+
+
+def rank_selector() -> html.Div:
+    """A labelled dropdown, hidden until the trial has several ranks."""
+    return html.Div(
+        [html.Span("Ranks", className="me-2"),
+         dcc.Dropdown(id=RANK_SELECT, options=[], value=None, clearable=False,
+                      searchable=True, className="sel-dropdown rank-dropdown",
+                      style={"minWidth": "12rem"})],
+        id=RANK_BOX, className="d-flex align-items-center", style={"display": "none"})
 
 
 def nav_button(field: str, forward: bool, label: str) -> html.Button:

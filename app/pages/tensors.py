@@ -105,6 +105,7 @@ def layout() -> html.Div:
                         className="graph-box",
                     ),
                     html.Div(id=ids.VALUE_HEADER, className="value-header"),
+                    selectors.rank_selector(),
                     html.Div(
                         [
                             card("Statistics", html.Div(id=ids.STATS_TABLE), "stats-card"),
@@ -309,6 +310,7 @@ def _message(text: str) -> html.Div:
 
 def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     data, timings = parts.data, parts.timings
+    register_rank_selector(app, data)
 
     @app.callback(
         Output(ids.dependency_graph(), "figure"),
@@ -477,11 +479,12 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.SELECTION, "data"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.VALUES_KEY, "data"),  # inside the page: fires when the page is shown
+        Input(selectors.RANK_SELECT, "value"),
     )
-    def show_values(selection: dict | None, _status: Any, shown: Any) -> tuple:
+    def show_values(selection: dict | None, _status: Any, shown: Any, rank: Any) -> tuple:
         started = time.perf_counter()
         current = (selection or {}).get("current") or {}
-        key = [current, _live_version(data, current)]
+        key = [current, _live_version(data, current), rank]
         if key == shown:
             return no_update, no_update, no_update, no_update
         info = (
@@ -507,7 +510,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         )
         kind = node.kind if node is not None else None
         try:
-            record = data.read_tensor(current)
+            record = data.read_tensor(current, rank)
         except ComgraError as exc:
             return (
                 value_header(current, toe, kind, None),
@@ -530,8 +533,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.SELECTION, "data"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SERIES_KEY, "data"),  # inside the page: fires when the page is shown
+        Input(selectors.RANK_SELECT, "value"),
     )
-    def show_series(selection: dict | None, _status: Any, shown: Any) -> tuple:
+    def show_series(selection: dict | None, _status: Any, shown: Any, rank: Any) -> tuple:
         started = time.perf_counter()
         selection = selection or {}
         current = selection.get("current") or {}
@@ -543,6 +547,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             "statistic": statistic,
             "version": data.trial_version(current.get("trial")),
             "step": step,
+            "rank": rank,
         }
         if key == shown:
             return no_update, no_update
@@ -555,13 +560,37 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if not is_complete(current):
             return figures.empty_figure("", VIEW_HEIGHT), key
         try:
-            frame = data.read_series(current, statistic)
+            frame = data.read_series(current, statistic, rank)
         except ComgraError as exc:
             return figures.empty_figure(str(exc), VIEW_HEIGHT), key
         figure = figures.series_figure(frame, statistic, step, height=VIEW_HEIGHT)
         figure["layout"]["uirevision"] = str(what)  # zoom survives step changes
         timings.record("series", time.perf_counter() - started)
         return figure, key
+
+
+def register_rank_selector(app: dash.Dash, data: AppData) -> None:
+    """The rank selector follows the selected trial: shown with its ranks when it has
+    several, the choice kept while it is one of them."""
+
+    @app.callback(
+        Output(selectors.RANK_SELECT, "options"),
+        Output(selectors.RANK_SELECT, "value"),
+        Output(selectors.RANK_BOX, "style"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        State(selectors.RANK_SELECT, "value"),
+        State(selectors.RANK_SELECT, "options"),
+    )
+    def rank_choices(selection: dict | None, _status: Any, value: Any,
+                     shown: list | None) -> tuple:
+        current = (selection or {}).get("current") or {}
+        options = selectors.rank_options(data.ranks(current.get("trial")))
+        value = selectors.rank_value(options, value)
+        style = {"display": "flex" if options else "none"}
+        if options == (shown or []):
+            return no_update, value, style
+        return options, value, style
 
 
 def _live_version(data: AppData, current: Mapping[str, Any]) -> int:
