@@ -16,7 +16,7 @@ import numbers
 import platform
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -30,8 +30,8 @@ from .errors import (
     StorageError,
     TrainingStepError,
 )
-from .format.files import is_object_store
-from .format.layout import TrialLayout, trial_lock
+from .format.files import files_for, is_object_store
+from .format.layout import NOTES_DIR, TABLES, TrialLayout, shard_rank, trial_lock
 from .format.schema import (
     MAX_TRIAL_ID_LENGTH,
     SCHEMA_VERSION,
@@ -45,6 +45,8 @@ from .objects import DecisionMakerForRecordings
 from .record.capture import Capturer
 from .record.graph import GraphExtractor
 from .record.kpi import KpiBuffer
+from .record.ranks import detect as rank_detection
+from .record.ranks import recording_ranks
 from .record.step import Parameter, SignatureTable, Step, check_registration
 from .transport.client import WriterClient
 from .transport.lock import TrialLock
@@ -78,8 +80,12 @@ class ComgraRecorder:
         max_num_mappings_to_save_at_once_during_serialization: int = 10000,
         type_of_serialization: str = "msgpack",
         calculate_svd_and_other_expensive_operations_of_parameters: bool = True,
+        ranks: str | int | Iterable[int] = "all",
     ):
         self.comgra_is_active = bool(comgra_is_active)
+        # Under torch.distributed (or RANK/WORLD_SIZE) each recording rank writes its own
+        # shards into the same trial (docs/FORMAT.md, "Recording ranks").
+        self.rank, self.world_size, self.recording_ranks = 0, 1, (0,)
         self.training_step: int | None = None
         self.type_of_execution: str | None = None
         self.iteration: int | None = None
@@ -120,6 +126,13 @@ class ComgraRecorder:
                 f"group {group!r} must be one folder name (no path separators, no line "
                 "breaks); put the parent folders into comgra_root_path"
             )
+        where = rank_detection()
+        self.rank, self.world_size = where.rank, where.world_size
+        self.recording_ranks = recording_ranks(ranks, where.world_size)
+        if self.rank not in self.recording_ranks:
+            self.comgra_is_active = False  # every call is a no-op, as comgra's inactive mode
+            return
+        lead = self.rank == self.recording_ranks[0]
         self.decision_maker = decision_maker_for_recordings
         self.max_num_batch_size_to_record = max_num_batch_size_to_record
         self.prefixes_visual = list(prefixes_for_grouping_module_parameters_visually or [])
@@ -128,7 +141,10 @@ class ComgraRecorder:
         self.trial_id = trial_id
         self.group_path = Path(comgra_root_path) / group
         self.trial_path = TrialLayout.of(self.group_path, trial_id).root
-        lock = _prepare_trial_folder(self.trial_path)
+        if where.distributed:
+            lock = _prepare_rank_files(self.trial_path, self.rank, lead, self.recording_ranks)
+        else:
+            lock = _prepare_trial_folder(self.trial_path)
         self._created = time.time()
         self._settings = {
             "max_num_batch_size_to_record": max_num_batch_size_to_record,
@@ -137,10 +153,14 @@ class ComgraRecorder:
             "calculate_svd_and_other_expensive_operations_of_parameters": self.calculate_svd,
             "decision_maker_for_recordings": repr(decision_maker_for_recordings),
         }
+        if where.distributed:
+            self._settings["world_size"] = self.world_size
+            self._settings["ranks"] = list(self.recording_ranks)
         # The writer writes every file of the trial, trial.json first.
         try:
             self._writer = WriterClient(self.trial_path, trial_id, self.calculate_svd,
-                                        trial=self._trial_json(), lock=lock)
+                                        trial=self._trial_json() if lead else None, lock=lock,
+                                        rank=self.rank, lead=lead)
         except BaseException:
             lock.release()
             raise
@@ -826,6 +846,64 @@ def _prepare_trial_folder(trial_path: Path) -> TrialLock:
                     f"cannot delete the earlier recording {trial_path} to replace it ({e}); "
                     "delete it by hand or choose another trial_id"
                 ) from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _prepare_rank_files(trial_path: Path, rank: int, lead: bool,
+                        recording: tuple[int, ...]) -> TrialLock:
+    """The ``_prepare_trial_folder`` of one rank of a distributed job: lock the trial's
+    rank and delete what an earlier recording of the same trial left of this rank.
+
+    No rank deletes what another recording rank writes, so the ranks need not wait for
+    each other: each deletes its own shards; the lead (the lowest recording rank) also
+    deletes the files it writes alone (trial.json, modules.json, watch.json) and the
+    shards of ranks that do not record this time. Graph files are content-addressed
+    (every rank would write the same bytes under the same name) and stay. On an object
+    store there is no lock: one job per trial is the user's part there.
+    """
+    trials = trial_path.parent
+    if is_object_store(trial_path):
+        lock = TrialLock(None, trial_lock(trials.parent, trial_path.name, rank))
+    else:
+        try:
+            trials.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(
+                f"cannot create the folder {trials} for the recording ({type(e).__name__}: "
+                f"{e.strerror or e}); check that comgra_root_path is a folder you can write to"
+            ) from None
+        lock = TrialLock.take(trials.parent, trial_path.name, rank)
+    try:
+        if not is_object_store(trial_path) and (
+                trial_path.is_symlink() or (trial_path.exists() and not trial_path.is_dir())):
+            raise StorageError(
+                f"{trial_path} is a symbolic link or no folder; a recording replaces the "
+                "files of its trial there. Remove it or choose another trial_id")
+        files = files_for(trial_path)
+        layout = TrialLayout(trial_path)
+        stale = []
+        for table in (*TABLES, NOTES_DIR):
+            folder = layout.table(table)
+            for name in files.list(folder):
+                owner = shard_rank(name)
+                if owner == rank or (lead and owner is not None and owner not in recording):
+                    stale.append(folder / name)
+        if lead:
+            stale += [p for p in (layout.trial_json, layout.modules_json, layout.watch_json,
+                                  layout.legacy_notes) if files.exists(p)]
+        if stale:
+            log.warning("comgra_like: rank %d replaces its files of the existing recording %s",
+                        rank, trial_path)
+        for path in stale:
+            try:
+                files.remove(path)
+            except OSError as e:
+                raise StorageError(
+                    f"cannot delete {path} of an earlier recording to replace it ({e}); "
+                    "delete the trial folder by hand or choose another trial_id") from None
     except BaseException:
         lock.release()
         raise

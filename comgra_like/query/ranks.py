@@ -1,5 +1,5 @@
 """The ranks of a distributed recording: which to read, their statistics merged into those
-of the combined batch, and ranks side by side (docs/QUERY_API.md, "Ranks").
+of the combined batch, and ranks side by side (docs/FORMAT.md, "Recording ranks").
 
 Every rank records the statistics of its own part of the batch (docs/FORMAT.md). For a
 tensor with a batch dimension the rows ``batch_mean``, ``batch_std`` and

@@ -59,6 +59,7 @@ class WriterClient:
 
     def __init__(self, trial_dir: Path, trial_id: str, calculate_svd: bool, *,
                  trial: dict | None = None, lock: TrialLock | None = None, slots: int = 2,
+                 rank: int = 0, lead: bool = True,
                  max_slots: int = 8, slot_budget_bytes: int = 128 * 2**20,
                  mode: str | None = None):
         self.trial_dir = Path(trial_dir)
@@ -109,7 +110,8 @@ class WriterClient:
         # The writer's configuration: the first message it gets.
         self._start = protocol.Start(protocol.PROTOCOL_VERSION, str(self.trial_dir), trial_id,
                                      bool(calculate_svd), self._segment_prefix,
-                                     self._segment_dirs, self._flush_seconds, trial)
+                                     self._segment_dirs, self._flush_seconds, trial,
+                                     rank=int(rank), lead=bool(lead))
         if mode == "process":
             try:
                 self._start_process()
@@ -237,8 +239,14 @@ class WriterClient:
                         pass
         if self._error is None:
             self._error = self._death(code)
-            mark_trial_aborted(self.trial_dir, self._error)
+            self._mark_aborted()
         self._raise_if_failed()
+
+    def _mark_aborted(self) -> None:
+        # Only the lead rank's trial.json status is the trial's; another rank's end shows
+        # in its own files (docs/FORMAT.md, "Recording ranks").
+        if self._start.lead:
+            mark_trial_aborted(self.trial_dir, self._error)
 
     def _death(self, code: int | None) -> str:
         """How the writer process ended, when it could not say so itself."""
@@ -590,7 +598,7 @@ class WriterClient:
             "received it writes when it goes on, and the trial is marked aborted. If the disk "
             "is merely this slow, allow more time with the environment variable "
             f"COMGRA_LIKE_WRITER_STALL_SECONDS (now {self.stall_seconds:g})")
-        mark_trial_aborted(self.trial_dir, self._error)
+        self._mark_aborted()
         if self._proc is not None:
             self._closing = True
             try:  # the writer sees its input end once it goes on, and finishes
@@ -625,7 +633,7 @@ class WriterClient:
             self._proc.stdout.close()
             if not self._closed_reply and self._error is None:
                 self._error = self._death(self._proc.returncode)
-                mark_trial_aborted(self.trial_dir, self._error)
+                self._mark_aborted()
         self._closed = True
         if self._lock is not None:
             self._lock.release()  # the writer has ended: nobody writes the trial any more

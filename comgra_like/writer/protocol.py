@@ -103,6 +103,11 @@ class Start(Message):
     segment_dirs: list[str] = field(default_factory=list)
     flush_seconds: float = 1.0
     trial: dict | None = None  # the trial's trial.json
+    # The torch.distributed rank this writer records (its shard names and rank column),
+    # and whether it is the lead (the lowest recording rank), which alone writes the
+    # files every rank has alike: trial.json, modules.json, watch.json.
+    rank: int = 0
+    lead: bool = True
 
 
 @dataclass

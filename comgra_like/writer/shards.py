@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.files import Files, files_for
-from ..format.layout import STEPS, TrialLayout, part_name, shard_range
-from ..format.schema import SHARD_SCHEMAS, SORT_KEYS, row_group_size
+from ..format.layout import STEPS, TrialLayout, part_name, shard_seqs
+from ..format.schema import FILE_SCHEMAS, SHARD_SCHEMAS, SORT_KEYS, row_group_size, with_rank
 
 RELEASE_SECONDS = 30.0  # how often unused Arrow memory goes back to the system
 # The order a flush writes its shards in: steps last, so that a reader that sees a step
@@ -50,6 +50,10 @@ class ShardBuffer:
     time, in order) and ``wait`` waits for them. One shard per kind is written when
     enough rows are buffered or when the oldest buffered row is older than
     ``flush_seconds`` (so that a GUI watching the folder sees new data soon).
+
+    ``rank``: the torch.distributed rank this writer records; its shards get the rank's
+    names (``layout.part_name``) and ``rank`` column, so that the writers of several
+    ranks share the trial's folders without ever writing one name.
     """
 
     def __init__(
@@ -61,8 +65,10 @@ class ShardBuffer:
         flush_seconds: float = 1.0,
         background: bool = False,
         files: Files | None = None,
+        rank: int = 0,
     ):
         self.trial = TrialLayout(Path(trial_dir))
+        self.rank = int(rank)
         self.files = files or files_for(trial_dir)
         self.flush_rows = flush_rows
         self.flush_bytes = flush_bytes
@@ -85,13 +91,14 @@ class ShardBuffer:
                              daemon=True).start()
 
     def _first_free_seq(self, kind: str) -> int:
-        # One scan at the start, then counted here: only one writer ever writes a trial
-        # folder (the trial's lock, docs/FORMAT.md), so no other process takes a number.
+        # One scan at the start, then counted here: only one writer ever writes a rank's
+        # names in a trial folder (the lock of the trial's rank, docs/FORMAT.md), so no
+        # other process takes a number.
         last = -1
         for name in self.files.list(self.trial.table(kind)):
-            r = shard_range(name)
-            if r is not None:
-                last = max(last, r[1])
+            r = shard_seqs(name)
+            if r is not None and r[0] == self.rank:
+                last = max(last, r[2])
         return last + 1
 
     def add(self, tables: dict[str, pa.Table | None], presorted: tuple[str, ...] = ()) -> None:
@@ -159,8 +166,9 @@ class ShardBuffer:
             table = unify(kind, tables)
             if unsorted:
                 table = sort_table(kind, table)
-            self.files.write_parquet(self.trial.table(kind) / part_name(seq),
-                                     table.cast(SHARD_SCHEMAS[kind]),
+            table = with_rank(table.cast(SHARD_SCHEMAS[kind]), self.rank)
+            self.files.write_parquet(self.trial.table(kind) / part_name(seq, self.rank),
+                                     table.cast(FILE_SCHEMAS[kind]),
                                      row_group_size=row_group_size(kind))
             self.shards_written += 1
         # Arrow's allocator keeps freed memory for reuse. Handing it back to the system

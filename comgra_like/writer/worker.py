@@ -78,8 +78,13 @@ class Worker:
         self.files = files = files or files_for(start.trial_dir)
         self._trial_json = start.trial
         self._graphs_written: set[str] = set()
+        # The rank's own shard names; the lead alone writes the files every rank has
+        # alike (docs/FORMAT.md, "Recording ranks").
+        self.rank = start.rank
+        self.lead = start.lead
         self.shards = ShardBuffer(self.trial_dir, background=background_writes,
-                                  flush_seconds=start.flush_seconds, files=files)
+                                  flush_seconds=start.flush_seconds, files=files,
+                                  rank=start.rank)
         self.processors = make_processors(start)
         self.metrics = Metrics(start.trial_id)  # the per-module metrics (comgra_like.metrics)
         self.segments: dict[tuple[int, int], np.ndarray] = {}
@@ -166,8 +171,9 @@ class Worker:
         elif isinstance(msg, protocol.Note):
             self._guard(lambda: self._note(msg))
         elif isinstance(msg, protocol.Modules):
-            self._guard(lambda: self.files.write_json(self.trial.modules_json,
-                                                      {"modules": msg.modules}))
+            if self.lead:
+                self._guard(lambda: self.files.write_json(self.trial.modules_json,
+                                                          {"modules": msg.modules}))
         elif isinstance(msg, protocol.Watch):
             for p in self.processors:
                 if hasattr(p, "configure"):
@@ -177,7 +183,8 @@ class Worker:
         elif isinstance(msg, protocol.ModuleGraph):
             self._guard(lambda: self._graph(msg.digest, msg.structure, module=True))
         elif isinstance(msg, protocol.WatchReport):
-            self._guard(lambda: self.files.write_json(self.trial.watch_json, msg.report))
+            if self.lead:
+                self._guard(lambda: self.files.write_json(self.trial.watch_json, msg.report))
         elif isinstance(msg, protocol.MetricData):
             self._guard(lambda: self.shards.add(self.metrics.table(msg)))
         elif isinstance(msg, protocol.Config):
@@ -270,7 +277,8 @@ class Worker:
         ``aborted`` in its trial.json."""
         if self.failed is None:
             self._guard(self._write_and_wait)
-        mark_trial_aborted(self.trial_dir, reason, self.files)
+        if self.lead:  # another rank's end is seen in its own files, not in trial.json
+            mark_trial_aborted(self.trial_dir, reason, self.files)
 
     def _step(self, msg: protocol.Step, release, pause) -> None:
         self._steps_received += 1
@@ -347,7 +355,7 @@ class Worker:
 
     def _finish(self) -> None:
         """The recording is complete: compact it, then mark it finished."""
-        compact_trial(self.trial_dir, self.files)
+        compact_trial(self.trial_dir, self.files, ranks=[self.rank])
         if self._trial_json is not None:
             self.files.write_json(self.trial.trial_json, {**self._trial_json,
                                                           "status": FINISHED})
