@@ -11,7 +11,7 @@ import textwrap
 
 import pyarrow.parquet as pq
 
-from comgra_like.format.notes import NOTES_SCHEMA
+from comgra_like.format.schema import FILE_SCHEMAS
 from comgra_like.query import open_group
 
 TRAINING = textwrap.dedent("""
@@ -81,7 +81,7 @@ def test_the_training_process_writes_nothing_into_the_trial_folder(tmp_path, mon
     assert [n.training_step for n in notes] == [None, 3]
     assert not (trial / "notes.jsonl").exists()
     [notes_file] = (trial / "notes").iterdir()  # shards, compacted at finalize()
-    assert pq.read_schema(notes_file).equals(NOTES_SCHEMA)
+    assert pq.read_schema(notes_file).equals(FILE_SCHEMAS["notes"])  # with the rank column
     hashes = set(g.list_steps("t")["graph_hash"])
     assert {p.stem for p in (trial / "graphs").iterdir()} == hashes  # one file per structure
     assert g.read_graph("t", 5, 0).nodes
