@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
-from .files import LOCAL, Files
+# LOCAL stays importable from here: probe/loop.py reads through ff.LOCAL
+from .files import LOCAL, Files, files_for  # noqa: F401
 from .layout import TrialLayout, is_hidden
 
 FLOWS_DIR = "flows"
@@ -104,8 +105,9 @@ def probes_dir(group: str | os.PathLike, trial_id: str) -> Path:
     return trial_root(group, trial_id) / PROBES_DIR
 
 
-def require_trial(group: str | os.PathLike, trial_id: str, files: Files = LOCAL) -> Path:
+def require_trial(group: str | os.PathLike, trial_id: str, files: Files | None = None) -> Path:
     """The trial's folder; a clear error when the group has no such trial."""
+    files = files or files_for(group)
     root = trial_root(group, trial_id)
     if not files.is_file(root / "trial.json"):
         raise NotFoundError(
@@ -128,32 +130,38 @@ def npy_bytes(array: np.ndarray) -> bytes:
 def load_npy(path: Path, mmap: bool = True) -> np.ndarray:
     """Read a stored array; memory-mapped by default, so a page can read one row of a
     large flow without loading all of it."""
+    files = files_for(path)
     try:
+        if files.remote:  # an object is read whole: no memory map of a remote file
+            return np.load(io.BytesIO(files.read_bytes(path)), allow_pickle=False)
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise StorageError(f"cannot read {path}: {e}") from e
 
 
 def write_record(folder: Path, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
-                 marker: str, files: Files = LOCAL) -> None:
+                 marker: str, files: Files | None = None) -> None:
     """Write ``arrays`` as ``<name>.npy`` into ``folder``, then ``marker`` (JSON): readers
     take the folder as complete once the marker exists."""
+    files = files or files_for(folder)
     files.make_folder(folder)
     for name, array in arrays.items():
         files.write_bytes(folder / f"{name}.npy", npy_bytes(array))
     files.write_json(folder / marker, dict(meta))
 
 
-def committed(folder: Path, marker: str, files: Files = LOCAL) -> list[str]:
+def committed(folder: Path, marker: str, files: Files | None = None) -> list[str]:
     """Names of the sub-folders of ``folder`` whose ``marker`` exists, sorted (= by time)."""
+    files = files or files_for(folder)
     return sorted(name for name in files.list(folder)
                   if not is_hidden(name) and files.is_file(folder / name / marker))
 
 
 def write_flow(group: str | os.PathLike, trial_id: str, meta: Mapping[str, Any],
-               arrays: Mapping[str, np.ndarray], files: Files = LOCAL) -> str:
+               arrays: Mapping[str, np.ndarray], files: Files | None = None) -> str:
     """Store one flow record; returns its id. ``meta`` holds the fields of record.json
     (docs/FORMAT.md, "flows"); id, trial and format version are added here."""
+    files = files or files_for(group)
     require_trial(group, trial_id, files)
     record_id = new_id("f")
     full = {**meta, "record_id": record_id, "trial_id": trial_id,
@@ -168,7 +176,7 @@ def write_flow(group: str | os.PathLike, trial_id: str, meta: Mapping[str, Any],
 def submit_input(group: str | os.PathLike, trial_id: str, array: np.ndarray, *,
                  training_step: int | None = None, sample: int = 0,
                  rows: Mapping[str, list[int]] | None = None, note: str = "",
-                 files: Files = LOCAL) -> str:
+                 files: Files | None = None) -> str:
     """Save an edited input for the process serving probes of ``trial_id``; returns the
     probe id.
 
@@ -179,6 +187,7 @@ def submit_input(group: str | os.PathLike, trial_id: str, array: np.ndarray, *,
     flat indices of its units (per sample). Written atomically: the serving process sees
     the request whole or not at all.
     """
+    files = files or files_for(group)
     root = require_trial(group, trial_id, files)
     array = np.asarray(array)
     if array.dtype.kind not in "biuf":
@@ -203,13 +212,16 @@ def submit_input(group: str | os.PathLike, trial_id: str, array: np.ndarray, *,
     return probe_id
 
 
-def pending_probes(group: str | os.PathLike, trial_id: str, files: Files = LOCAL) -> list[str]:
+def pending_probes(group: str | os.PathLike, trial_id: str,
+                   files: Files | None = None) -> list[str]:
     """Probe ids with a request and no result yet, oldest first."""
+    files = files or files_for(group)
     folder = probes_dir(group, trial_id)
     return [p for p in committed(folder, REQUEST_JSON, files)
             if not files.exists(folder / p / RESULT_JSON)]
 
 
 def write_probe_result(group: str | os.PathLike, trial_id: str, probe_id: str,
-                       result: Mapping[str, Any], files: Files = LOCAL) -> None:
+                       result: Mapping[str, Any], files: Files | None = None) -> None:
+    files = files or files_for(group)
     files.write_json(probes_dir(group, trial_id) / probe_id / RESULT_JSON, dict(result))

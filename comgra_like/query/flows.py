@@ -15,7 +15,6 @@ total flow, every block's outgoing and incoming flow, and the conservation ident
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
 from ..format import flows as ff
+from ..format.files import files_for
 from ..format.layout import TrialLayout
 
 #: ``probe_id`` filter value: flows of every origin (the recorded run and all probes).
@@ -92,7 +92,7 @@ class ProbeInfo:
 
 def _trial_root(group: Path, trial_id: str) -> Path:
     root = TrialLayout.of(group, ff.check_id(trial_id, "trial_id")).root
-    if not root.is_dir():
+    if not files_for(root).is_dir(root):
         raise NotFoundError(f"the group {group} has no trial {trial_id!r}")
     return root
 
@@ -100,18 +100,16 @@ def _trial_root(group: Path, trial_id: str) -> Path:
 @functools.lru_cache(maxsize=4096)
 def _json(path: str, signature: tuple[int, int]) -> Any:
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+        return files_for(path).read_json(Path(path))
     except (OSError, ValueError) as e:
         raise StorageError(f"cannot read {path}: {e}") from e
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise StorageError(f"cannot read {path}: {e}") from e
-    data = _json(str(path), (st.st_mtime_ns, st.st_size))
+    sig = files_for(path).signature(path)  # records are immutable: read once per version
+    if sig is None:
+        raise StorageError(f"cannot read {path}: it is gone or cannot be looked at")
+    data = _json(str(path), sig)
     if not isinstance(data, dict):
         raise StorageError(f"{path} holds no JSON object")
     if int(data.get("format_version", 1)) > ff.FLOWS_FORMAT_VERSION:
@@ -165,13 +163,13 @@ def read_flow(group: str | os.PathLike, trial_id: str, record_id: str) -> FlowDa
     folder = _trial_root(Path(group), trial_id) / ff.FLOWS_DIR / ff.check_id(record_id,
                                                                              "record_id")
     path = folder / ff.RECORD_JSON
-    if not path.is_file():
+    if not files_for(path).is_file(path):
         raise NotFoundError(f"trial {trial_id!r} has no flow record {record_id!r}")
     info = _flow_info(path, _read_json(path))
 
     def load(name: str) -> np.ndarray | None:
         p = folder / f"{name}.npy"
-        return ff.load_npy(p) if p.is_file() else None
+        return ff.load_npy(p) if files_for(p).is_file(p) else None
 
     return FlowData(info, load("flow"), *(load(n) for n in ff.SIDE_ARRAYS))
 
@@ -183,7 +181,7 @@ def list_probes(group: str | os.PathLike, trial_id: str) -> list[ProbeInfo]:
     for pid in ff.committed(folder, ff.REQUEST_JSON):
         req = _read_json(folder / pid / ff.REQUEST_JSON)
         result_path = folder / pid / ff.RESULT_JSON
-        res = _read_json(result_path) if result_path.is_file() else {}
+        res = _read_json(result_path) if files_for(result_path).is_file(result_path) else {}
         rows = req.get("rows")
         out.append(ProbeInfo(
             probe_id=pid, trial_id=trial_id, status=str(res.get("status", ff.PENDING)),
@@ -203,7 +201,7 @@ def read_probe_input(group: str | os.PathLike, trial_id: str, probe_id: str) -> 
     """The edited input of a probe, as it was submitted."""
     folder = _trial_root(Path(group), trial_id) / ff.PROBES_DIR / ff.check_id(probe_id,
                                                                               "probe_id")
-    if not (folder / ff.REQUEST_JSON).is_file():
+    if not files_for(folder).is_file(folder / ff.REQUEST_JSON):
         raise NotFoundError(f"trial {trial_id!r} has no probe {probe_id!r}")
     return np.array(ff.load_npy(folder / ff.INPUT_NPY, mmap=False))
 

@@ -238,3 +238,17 @@ def test_appdata_reads_an_s3_group_live(s3):
         assert len(_steps(data.group, "appdata")) > before
     finally:
         _stop(proc, seen)
+
+
+def test_probe_inputs_are_stored_and_read_back_on_s3(s3):
+    import numpy as np
+
+    from comgra_like.format.flows import submit_input
+
+    _record(s3, "trial_a", seed=0, steps=2)
+    edited = np.arange(6, dtype=np.float32).reshape(2, 3)
+    probe = submit_input(f"{s3}/g", "trial_a", edited, training_step=0)
+    group = open_group(f"{s3}/g")
+    assert [p.probe_id for p in group.read_probes("trial_a")] == [probe]
+    np.testing.assert_array_equal(group.read_probe_input("trial_a", probe), edited)
+    assert _names(s3, f"g/trials/trial_a/probes/{probe}") == ["input.npy", "request.json"]
