@@ -11,7 +11,9 @@ training goes on. It imports no torch.
 The messages (``protocol.py``) come one per line on stdin, the replies go to the original
 stdout. The first line is the configuration (``Start``: trial folder, trial id, options,
 the protocol version, which must be this module's); ``Ready`` answers it once the writer
-runs and has written trial.json. Then: ``Segment`` (map a slot's shared memory), ``Step``
+runs and has written trial.json. The trial folder may be an ``s3://`` location: the
+worker then writes through an object store built from this process's environment (the
+AWS_* variables it inherited; ``format/files.py``), whole objects under final names. Then: ``Segment`` (map a slot's shared memory), ``Step``
 (one recorded step, answered with ``f<slot>`` once its shared memory has been read),
 ``Kpis``, ``Note``, ``Modules``, ``Graph``, ``Config``, ``Flush`` (answered with
 ``Flushed``), ``Close`` (write everything, with ``finish`` compact the trial and mark it
