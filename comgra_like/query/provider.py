@@ -96,8 +96,8 @@ class Group:
         self._metrics = MetricsIndex(self.path)  # the per-module metrics (issue 16)
 
     def __repr__(self) -> str:
-        return (f"Group({str(self.path)!r}, {len(self._index.trials())} trials, "
-                f"version {self.version})")
+        shown = self._index.files.display(self.path)  # s3://... as the user wrote it
+        return f"Group({shown!r}, {len(self._index.trials())} trials, version {self.version})"
 
     # ----- state -------------------------------------------------------------------------
 

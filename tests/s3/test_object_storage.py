@@ -57,6 +57,7 @@ def test_a_training_loop_recorded_to_s3_reads_like_the_same_loop_on_disk(s3, tmp
         for seed, trial in enumerate(["trial_a", "trial_b"]):
             _record(root, trial, seed)
     remote, local = open_group(f"{s3}/g"), open_group(tmp_path / "g")
+    assert repr(remote).startswith(f"Group('{s3}/g', 2 trials")
     assert remote.skipped == []
     assert [t.trial_id for t in remote.list_trials()] == ["trial_a", "trial_b"]
     assert {t.status for t in remote.list_trials()} == {"finished"}
