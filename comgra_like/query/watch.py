@@ -8,8 +8,6 @@ of the query API.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import StorageError
+from ..format.files import files_for
 from ..format.graphs import is_graph_digest
 from ..format.layout import (
     HISTOGRAMS,
@@ -53,32 +51,23 @@ class WatchIndex:
 
     def __init__(self, group: Path):
         self.group = Path(group)
+        self.files = files_for(group)  # the local disk or an object store
         self._trials: dict[str, _TrialWatch] = {}
 
     def update(self) -> bool:
         """List the watch tables' shards of every trial; True if anything changed."""
         changed = False
         root = trials_dir(self.group)
-        try:
-            names = [n for n in os.listdir(root) if not is_hidden(n)]
-        except OSError:
-            names = []
+        names = [n for n in self.files.list_folders(root) if not is_hidden(n)]
         for trial_id in names:
             layout = TrialLayout.of(self.group, trial_id)
             state = self._trials.setdefault(trial_id, _TrialWatch())
             for table in (HISTOGRAMS, MODULE_STEPS):
-                try:
-                    live = tuple(live_shards(os.listdir(layout.table(table))))
-                except OSError:
-                    live = ()
+                live = tuple(live_shards(self.files.list(layout.table(table))))
                 if state.shards.get(table, ()) != live:
                     state.shards[table] = live
                     changed = True
-            try:
-                st = os.stat(layout.watch_json)
-                sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-            except OSError:
-                sig = None
+            sig = self.files.signature(layout.watch_json)
             if sig != state.report_signature:
                 state.report_signature = sig
                 changed = True
@@ -100,10 +89,10 @@ class WatchIndex:
         parts = []
         for name in names:
             try:
-                parts.append(pq.read_table(folder / name, schema=SCHEMAS[table]))
+                parts.append(self.files.read_parquet(folder / name, schema=SCHEMAS[table]))
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
-                live = live_shards(os.listdir(folder))
+                live = live_shards(self.files.list(folder))
                 return self._reread(trial_id, table, tuple(live))
             except (OSError, pa.ArrowException) as e:
                 raise StorageError(f"cannot read {folder / name}: {e}") from None
@@ -124,7 +113,7 @@ class WatchIndex:
             return state.report[1]
         path = TrialLayout.of(self.group, trial_id).watch_json
         try:
-            value = json.loads(path.read_text(encoding="utf-8"))
+            value = self.files.read_json(path)
         except FileNotFoundError:
             value = None
         except (OSError, ValueError) as e:
@@ -201,7 +190,7 @@ def read_module_graph_file(group: Path, trial_id: str, digest: str) -> dict:
         raise StorageError(f"{digest[:80]!r} names no graph file (64 hex digits expected)")
     path = TrialLayout.of(group, trial_id).module_graph(digest)
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = files_for(path).read_json(path)
     except (OSError, ValueError) as e:
         raise StorageError(f"cannot read the module graph {path}: {e}") from None
     if not isinstance(value, dict) or "invocations" not in value:

@@ -253,3 +253,40 @@ def test_probe_inputs_are_stored_and_read_back_on_s3(s3):
     assert [p.probe_id for p in group.read_probes("trial_a")] == [probe]
     np.testing.assert_array_equal(group.read_probe_input("trial_a", probe), edited)
     assert _names(s3, f"g/trials/trial_a/probes/{probe}") == ["input.npy", "request.json"]
+
+
+def test_watch_into_a_recorder_on_s3_reads_its_histograms_and_module_graphs(s3):
+    import torch
+    from torch import nn
+
+    import comgra_like
+    from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
+    from comgra_like.recorder import ComgraRecorder
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = ComgraRecorder(s3, "g", "watched", DecisionMakerForRecordingsFrequencyPerType(2),
+                         max_num_batch_size_to_record=2)
+    rec.track_module("net", model)
+    handle = comgra_like.watch(model, recorder=rec, verbose=False)
+    for step in range(4):
+        x = torch.randn(4, 6)
+        rec.start_batch(step, 4, "train")
+        rec.start_iteration()
+        rec.register_tensor("x", x, is_input=True)
+        loss = model(x).pow(2).mean()
+        rec.register_tensor("loss", loss, is_loss=True)
+        rec.finish_iteration()
+        opt.zero_grad()
+        loss.backward()
+        rec.record_current_gradients("loss")
+        opt.step()
+        rec.finish_batch()
+    handle.unwatch()
+    rec.finalize()
+    group = open_group(f"{s3}/g")
+    histograms = group.read_histograms("watched")
+    assert sorted(set(histograms.training_step)) == [0, 2]
+    assert group.read_module_graph("watched", 2) is not None
+    assert group.read_watch_report("watched") is not None
