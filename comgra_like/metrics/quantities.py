@@ -382,42 +382,44 @@ def _update(source: str, how: str) -> Callable[[ModuleData, dict], float]:
     return compute
 
 
-def _at_bound(data: ModuleData, which: str) -> np.ndarray:
-    """Per unit: whether its output is at the bound on every sample and position."""
+def _unit_axes(x: np.ndarray, module_class: str) -> tuple[int, ...]:
+    """The axes that are not the unit axis (features_2d's choice), to reduce over them in
+    place instead of copying the array into (rows, units)."""
+    if x.ndim <= 1:
+        return ()
+    if x.ndim >= 3 and _channel_axis_first(x.ndim, module_class):
+        return tuple(a for a in range(x.ndim) if a != 1)
+    return tuple(range(x.ndim - 1))
+
+
+def _bound_hits(data: ModuleData, which: str) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Elementwise: is the output at one of the activation's bounds (np.isclose's test
+    |y - b| <= atol + rtol |b|, written out to spare isclose's temporaries)."""
     out = np.asarray(data.get("output"))
-    units = features_2d(out, data.module_class)
-    if units.size == 0:
-        return np.zeros(units.shape[1], dtype=bool)
-    low, high = ACTIVATION_BOUNDS.get(data.module_class, DEFAULT_BOUNDS)
-    if which == "zero":
-        low, high = 0.0, INF
-    hit = np.zeros(units.shape, dtype=bool)
-    for bound in (low, high):
-        if math.isfinite(bound):
-            hit |= np.isclose(units, bound, rtol=BOUND_RTOL, atol=BOUND_ATOL)
-    return np.all(hit, axis=0)
-
-
-def _dead_fraction(data: ModuleData, state: dict) -> float:
-    dead = _at_bound(data, "zero")
-    return _float(dead.mean()) if dead.size else math.nan
-
-
-def _saturated_fraction(data: ModuleData, state: dict) -> float:
-    saturated = _at_bound(data, "bound")
-    return _float(saturated.mean()) if saturated.size else math.nan
-
-
-def _activation_rate(data: ModuleData, state: dict) -> float:
-    out = features_2d(np.asarray(data.get("output")), data.module_class)
-    if out.size == 0:
-        return math.nan
-    low, high = ACTIVATION_BOUNDS.get(data.module_class, DEFAULT_BOUNDS)
+    low, high = (0.0, INF) if which == "zero" else ACTIVATION_BOUNDS.get(
+        data.module_class, DEFAULT_BOUNDS)
     hit = np.zeros(out.shape, dtype=bool)
     for bound in (low, high):
         if math.isfinite(bound):
-            hit |= np.isclose(out, bound, rtol=BOUND_RTOL, atol=BOUND_ATOL)
-    return _float(np.mean(~hit))
+            tolerance = BOUND_ATOL + BOUND_RTOL * abs(bound)
+            hit |= (np.abs(out) if bound == 0.0 else np.abs(out - bound)) <= tolerance
+    return hit, _unit_axes(out, data.module_class)
+
+
+def _stuck_fraction(which: str) -> Callable[[ModuleData, dict], float]:
+    """Fraction of units at the bound on every sample and position."""
+    def compute(data: ModuleData, state: dict) -> float:
+        hit, axes = _bound_hits(data, which)
+        if hit.size == 0:
+            return math.nan
+        stuck = np.all(hit, axis=axes) if axes else hit
+        return _float(np.mean(stuck))
+    return compute
+
+
+def _activation_rate(data: ModuleData, state: dict) -> float:
+    hit, _ = _bound_hits(data, "zero")
+    return _float(1.0 - np.mean(hit)) if hit.size else math.nan
 
 
 def _weight_stable_rank(data: ModuleData, state: dict) -> float:
@@ -425,13 +427,16 @@ def _weight_stable_rank(data: ModuleData, state: dict) -> float:
     w2d = w.reshape(w.shape[0], -1) if w.ndim >= 2 else w.reshape(1, -1)
     if w2d.size == 0:
         return math.nan
+    # sigma_max^2 is the top eigenvalue of the smaller Gram matrix: eigvalsh there costs a
+    # fraction of the full SVD that np.linalg.norm(ord=2) runs
+    gram = w2d @ w2d.T if w2d.shape[0] <= w2d.shape[1] else w2d.T @ w2d
     try:
-        top = float(np.linalg.norm(w2d, ord=2))
+        top_squared = float(np.linalg.eigvalsh(gram)[-1])
     except np.linalg.LinAlgError:
         return math.nan
-    if top == 0.0:
+    if top_squared <= 0.0:
         return 0.0
-    return _float(np.einsum("ij,ij->", w2d, w2d) / (top * top))
+    return _float(np.trace(gram) / top_squared)
 
 
 AGGREGATIONS = ("mean", "std", "min", "max", "median", "q1", "q3")
@@ -633,20 +638,20 @@ def _monitorch() -> list[Quantity]:
         _q("BiasUpdateCorrelation", {"bias"}, _update("bias", "correlation"),
            "cos(b - b_prev, b_prev - b_prev2)", "bias update direction stability",
            update_ref, stateful=True, differs=FIRST_NAN + since),
-        _q("DeadUnitFraction", {"output"}, _dead_fraction,
+        _q("DeadUnitFraction", {"output"}, _stuck_fraction("zero"),
            "fraction of units (features; channels for conv) whose output is 0 on every "
            "sample and position", "units that never fire on this batch (dead ReLUs)",
            MONITORCH + "lens OutputActivation (death rate)",
            differs="3-D outputs of layers other than conv/pool/norm: units on the last "
                    "axis (monitorch: axis 1)"),
-        _q("SaturatedUnitFraction", {"output"}, _saturated_fraction,
+        _q("SaturatedUnitFraction", {"output"}, _stuck_fraction("bound"),
            "fraction of units at the activation's bound (Sigmoid 0/1, Tanh ±1, ReLU6 0/6, "
            "ELU -1, ... ; 0 for others) on every sample and position",
            "units stuck at a flat part of the activation: no gradient flows through them",
            MONITORCH + "lens OutputActivation (death rate with the class's thresholds)",
            differs="Hardtanh and Threshold use default bounds (monitorch reads the module)"),
         _q("ActivationRate", {"output"}, _activation_rate,
-           "fraction of output elements not at the activation's bound",
+           "fraction of output elements with |y| > 1e-8",
            "how much of the layer is active on this batch",
            MONITORCH + "lens OutputActivation (activation rate, averaged over units)"),
     ]
