@@ -8,7 +8,6 @@ query API; the rows of a trial are read once per set of shard names.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, StorageError
+from ..format.files import files_for
 from ..format.layout import METRICS, TrialLayout, is_hidden, live_shards, trials_dir
 from ..format.schema import SCHEMAS
 
@@ -36,22 +35,17 @@ class MetricsIndex:
 
     def __init__(self, group: Path):
         self.group = Path(group)
+        self.files = files_for(group)  # the local disk or an object store
         self._shards: dict[str, tuple[str, ...]] = {}
         self._tables: dict[str, tuple[tuple[str, ...], pa.Table]] = {}
 
     def update(self) -> bool:
         """List every trial's metrics shards; True if anything changed."""
         changed = False
-        try:
-            names = [n for n in os.listdir(trials_dir(self.group)) if not is_hidden(n)]
-        except OSError:
-            names = []
+        names = [n for n in self.files.list_folders(trials_dir(self.group)) if not is_hidden(n)]
         for trial_id in names:
             folder = TrialLayout.of(self.group, trial_id).table(METRICS)
-            try:
-                live = tuple(live_shards(os.listdir(folder)))
-            except OSError:
-                live = ()
+            live = tuple(live_shards(self.files.list(folder)))
             if self._shards.get(trial_id, ()) != live:
                 self._shards[trial_id] = live
                 changed = True
@@ -70,10 +64,10 @@ class MetricsIndex:
         parts = []
         for name in names:
             try:
-                parts.append(pq.read_table(folder / name, schema=SCHEMAS[METRICS]))
+                parts.append(self.files.read_parquet(folder / name, schema=SCHEMAS[METRICS]))
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
-                self._shards[trial_id] = tuple(live_shards(os.listdir(folder)))
+                self._shards[trial_id] = tuple(live_shards(self.files.list(folder)))
                 return self.table(trial_id)
             except (OSError, pa.ArrowException) as e:
                 raise StorageError(f"cannot read {folder / name}: {e}") from None

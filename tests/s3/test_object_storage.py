@@ -290,3 +290,36 @@ def test_watch_into_a_recorder_on_s3_reads_its_histograms_and_module_graphs(s3):
     assert sorted(set(histograms.training_step)) == [0, 2]
     assert group.read_module_graph("watched", 2) is not None
     assert group.read_watch_report("watched") is not None
+
+
+def test_per_module_metrics_recorded_to_s3_are_read_back(s3):
+    import torch
+    from torch import nn
+
+    from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
+    from comgra_like.recorder import ComgraRecorder
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    rec = ComgraRecorder(s3, "g", "metrics", DecisionMakerForRecordingsFrequencyPerType(5))
+    rec.track_module("net", net, metrics={"0": [["WeightNorm", "linear(3, 1)"]]})
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    weights = {}
+    for step in range(10):
+        x = torch.randn(4, 3)
+        rec.start_batch(step, 4)
+        rec.start_iteration()
+        rec.register_tensor("x", x, is_input=True)
+        loss = net(x).pow(2).mean()
+        rec.register_tensor("loss", loss, is_loss=True)
+        opt.zero_grad()
+        loss.backward()
+        rec.record_current_gradients("loss")
+        opt.step()
+        rec.finish_iteration()
+        rec.finish_batch()
+        weights[step] = float(net[0].weight.detach().double().norm())
+    rec.finalize()
+    frame = open_group(f"{s3}/g").read_metrics("metrics", module="net.0")
+    assert list(frame.training_step) == [1, 4, 7]
+    assert list(frame.value) == pytest.approx([weights[s] for s in (1, 4, 7)], rel=1e-12)
