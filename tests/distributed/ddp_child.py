@@ -6,7 +6,7 @@ default); ``ddp-rank0``: the same with ``ranks=[0]``; ``env``: no process group,
 RANK/WORLD_SIZE in the environment (the ranks never talk, so one can be killed while the
 other goes on), printing ``step <n>`` after each recorded step.
 
-Each rank trains on its own shard of one seeded dataset (samples rank, rank + W, ...) and
+Each rank trains on its own part of each batch of one seeded dataset (6 and 4 samples) and
 saves the activations it registered, per step, as .npy files under ROOT/raw/ so that the
 test computes the statistics of the concatenated batch itself.
 """
@@ -25,8 +25,13 @@ import torch.distributed as dist
 from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
 from comgra_like.recorder import ComgraRecorder
 
-BATCH = 6  # per rank
 STEPS = 4
+
+
+def batch_sizes(world: int) -> list[int]:
+    """Each rank's part of the batch: unequal (6, 4, 6, 4, ...), so that a merge must
+    weight the ranks by their batch sizes."""
+    return [6 - 2 * (r % 2) for r in range(world)]
 
 
 class Net(torch.nn.Module):
@@ -54,7 +59,9 @@ def main() -> int:
     net = Net()
     model = torch.nn.parallel.DistributedDataParallel(net) if distributed else net
     generator = torch.Generator().manual_seed(1)
-    data = torch.randn(STEPS * BATCH * world, 5, generator=generator) * 2 + 0.5
+    sizes = batch_sizes(world)
+    total, first = sum(sizes), sum(sizes[:rank])
+    data = torch.randn(STEPS * total, 5, generator=generator) * 2 + 0.5
     kwargs = {"ranks": [0]} if mode == "ddp-rank0" else {}
     rec = ComgraRecorder(root, "g", "t", DecisionMakerForRecordingsFrequencyPerType(1),
                          **kwargs)
@@ -63,8 +70,8 @@ def main() -> int:
     raw = root / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for step in range(STEPS):
-        batch = data[step * BATCH * world:(step + 1) * BATCH * world][rank::world]
-        rec.start_batch(step, BATCH)
+        batch = data[step * total + first:step * total + first + sizes[rank]]
+        rec.start_batch(step, sizes[rank])
         rec.start_iteration()
         rec.register_tensor("x", batch, is_input=True)
         out, hidden = model(batch)
