@@ -143,9 +143,15 @@ class WriterClient:
         if not sys.executable:
             raise OSError("sys.executable is empty")
         held = (self._lock.fd,) if self._lock is not None and self._lock.fd is not None else ()
+        # A session of its own: where the kernel groups a session's processes for CPU
+        # shares (Linux's autogroup), the writer's work would otherwise come out of the
+        # training process's share on a busy machine (measured: wall time x1.30 for CPU
+        # time x1.12 at log_freq 10, load 15 on 2 cores). It ignores the signals a
+        # terminal sends and ends after the training process anyway (process.py).
         self._proc = subprocess.Popen(
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             close_fds=True, pass_fds=held, bufsize=0, env=env,
+            start_new_session=os.name == "posix",
         )
         self._send(self._start)
         self._in_fd = self._proc.stdout.fileno()
