@@ -275,12 +275,16 @@ class ObjectFiles(Files):
         return [info.base_name for info in infos]
 
     def list_folders(self, folder: Path) -> list[str]:
-        """The prefixes one level below ``folder/`` (the same one listing request)."""
+        """The prefixes one level below ``folder/`` (the same one listing request).
+
+        A store that cannot be reached is a StorageError, not an empty list: the query
+        index would take every trial for deleted and forget it."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
                                                             allow_not_found=True))
-        except (OSError, pa.ArrowException):
-            return []
+        except (OSError, pa.ArrowException) as e:
+            raise StorageError(f"cannot list {self.display(folder)}: "
+                               f"{' '.join(str(e).split())}") from None
         return [info.base_name for info in infos if info.type == pafs.FileType.Directory]
 
     def exists(self, path: Path) -> bool:

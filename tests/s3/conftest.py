@@ -35,9 +35,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """The endpoint URL of a running moto server with the bucket ``BUCKET``."""
+def start_moto(log_dir) -> tuple[subprocess.Popen, str]:
+    """A moto server process on a free loopback port and its endpoint URL."""
     python = _moto_python()
     if python is None:
         if os.environ.get("REQUIRE_S3"):
@@ -45,7 +44,7 @@ def s3_server(tmp_path_factory):
         pytest.skip("moto is not installed (pip install 'moto[server]')")
     port = _free_port()
     # its log goes to a file: a pipe nobody reads fills up and stops the server
-    log = tmp_path_factory.mktemp("moto") / "server.log"
+    log = log_dir / f"moto-{port}.log"
     with open(log, "wb") as sink:
         proc = subprocess.Popen([python, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
                                 stdout=sink, stderr=subprocess.STDOUT)
@@ -54,33 +53,42 @@ def s3_server(tmp_path_factory):
     while True:
         try:
             urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
-            break
+            return proc, endpoint
         except OSError:
             if proc.poll() is not None:
                 raise RuntimeError("moto server exited: " + log.read_text(errors="replace"))
             if time.monotonic() > deadline:
-                proc.kill()
+                stop_moto(proc)
                 raise RuntimeError("moto server did not start within 60 s") from None
             time.sleep(0.2)
+
+
+def stop_moto(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The endpoint URL of a running moto server (one per session)."""
+    proc, endpoint = start_moto(tmp_path_factory.mktemp("moto"))
     try:
         yield endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_moto(proc)
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch):
-    """The environment a user sets for an S3-compatible server (inherited by the writer
-    process and every child process), and a fresh ``s3://`` root for this test."""
+def use_server(monkeypatch, endpoint: str) -> str:
+    """Set the environment a user sets for an S3-compatible server (inherited by the
+    writer process and every child process) and make the bucket; a fresh s3:// root."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     import pyarrow.fs as pafs
 
@@ -89,3 +97,9 @@ def s3(s3_server, monkeypatch):
     fs = pafs.S3FileSystem(**s3_options(), allow_bucket_creation=True)
     fs.create_dir(BUCKET)  # a bucket: made once, later calls find it
     return f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """A fresh ``s3://`` root on the session's server, with the environment set."""
+    return use_server(monkeypatch, s3_server)

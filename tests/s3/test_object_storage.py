@@ -323,3 +323,21 @@ def test_per_module_metrics_recorded_to_s3_are_read_back(s3):
     frame = open_group(f"{s3}/g").read_metrics("metrics", module="net.0")
     assert list(frame.training_step) == [1, 4, 7]
     assert list(frame.value) == pytest.approx([weights[s] for s in (1, 4, 7)], rel=1e-12)
+
+
+def test_a_store_that_goes_away_keeps_the_trials_read_and_says_why(tmp_path, monkeypatch):
+    from tests.s3.conftest import start_moto, stop_moto, use_server
+
+    proc, endpoint = start_moto(tmp_path)  # a server of its own, to stop it
+    try:
+        root = use_server(monkeypatch, endpoint)
+        _record(root, "trial_a", seed=0, steps=2)
+        group = open_group(f"{root}/g")
+        assert [t.trial_id for t in group.list_trials()] == ["trial_a"]
+    finally:
+        stop_moto(proc)
+    # a refresh that cannot list is an error, not a group whose trials were all deleted
+    with pytest.raises(StorageError, match="cannot list s3://"):
+        group.refresh()
+    assert [t.trial_id for t in group.list_trials()] == ["trial_a"]
+    assert _steps(group, "trial_a") == [0, 1]  # the index keeps what it had read
