@@ -297,9 +297,13 @@ def _rankme(data: ModuleData, state: dict) -> float:
     # values below ~1e-8 sigma_1 lose relative precision, far under RankMe's 1e-7 floor
     gram = out2d @ out2d.T if out2d.shape[0] <= out2d.shape[1] else out2d.T @ out2d
     try:
-        singular = np.sqrt(np.clip(np.linalg.eigvalsh(gram), 0.0, None))[::-1]
+        squared = np.linalg.eigvalsh(gram)[::-1]
     except np.linalg.LinAlgError:
         return math.nan
+    # eigenvalues within rounding of zero (a rank-deficient batch) are zero: their square
+    # roots (~1e-8 sigma_1) would otherwise each add to the entropy above RankMe's floor
+    noise = squared[0] * gram.shape[0] * np.finfo(np.float64).eps * 10 if squared.size else 0
+    singular = np.sqrt(np.where(squared > noise, squared, 0.0))
     total = singular.sum()
     if total == 0.0:
         return math.nan
