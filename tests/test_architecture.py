@@ -65,7 +65,7 @@ ALLOWED = {
     # the probe loop: serves edited inputs (record computes flows, format stores them)
     "probe": {"shared", "format", "record", "query"},
     # the tutorial trains (record) and its plugin reads (query)
-    "scripts": {"shared", "format", "record", "query", "app"},
+    "scripts": {"shared", "format", "record", "query", "app", "probe"},
 }
 
 # Third-party packages a layer must not import: the GUI and the writer run without torch;
