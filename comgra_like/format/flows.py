@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
+
 # LOCAL stays importable from here: probe/loop.py reads through ff.LOCAL
 from .files import LOCAL, Files, files_for  # noqa: F401
 from .layout import TrialLayout, is_hidden

@@ -11,9 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from comgra_like import open_group
+from comgra_like import Monitor, open_group
 from comgra_like.errors import ConfigurationError
-from comgra_like import Monitor
 
 
 class Model(nn.Module):
