@@ -80,6 +80,15 @@ def is_vector(frame: pd.DataFrame | None, metric: str) -> bool:
     return bool(frame["vector"].map(lambda v: v is not None and np.size(v) > 0).any())
 
 
+def _rows_of(frame: pd.DataFrame, metric: str,
+             modules: Sequence[str] | None) -> pd.DataFrame:
+    """A trial's rows of one metric, of the chosen modules (all when none are chosen)."""
+    part = frame[frame["metric"] == metric]
+    if modules:
+        part = part[part["module"].isin(list(modules))]
+    return part
+
+
 def series(frames: Mapping[str, pd.DataFrame], metric: str,
            modules: Sequence[str] | None = None) -> list[Series]:
     """The lines of one metric: per trial (in the given order), module and backward pass,
@@ -88,9 +97,7 @@ def series(frames: Mapping[str, pd.DataFrame], metric: str,
     for trial, frame in frames.items():
         if frame is None or frame.empty:
             continue
-        part = frame[frame["metric"] == metric]
-        if modules:
-            part = part[part["module"].isin(list(modules))]
+        part = _rows_of(frame, metric, modules)
         for (module, backward), rows in part.groupby(["module", "backward_pass"], sort=False):
             rows = rows.sort_values("training_step", kind="stable")
             out.append(Series(str(trial), str(module), int(backward),
@@ -308,9 +315,7 @@ def spectrum_figure(
     for trial, frame in frames.items():
         if frame is None or frame.empty:
             continue
-        part = frame[frame["metric"] == metric]
-        if modules:
-            part = part[part["module"].isin(list(modules))]
+        part = _rows_of(frame, metric, modules)
         part = part[part["vector"].map(lambda v: v is not None and np.size(v) > 0)]
         for (module, backward), rows in part.groupby(["module", "backward_pass"], sort=False):
             rows = rows.sort_values("training_step", kind="stable")
