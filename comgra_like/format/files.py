@@ -116,6 +116,23 @@ class Files:
         except OSError:
             return []
 
+    def list_signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
+        """The files in ``folder`` (hidden ones included) with the :meth:`signature` of a
+        parquet file, from the listing itself: no request per file on an object store."""
+        out = {}
+        try:
+            with os.scandir(folder) as entries:
+                for e in entries:
+                    try:
+                        if e.is_file():
+                            st = e.stat()
+                            out[e.name] = (st.st_mtime_ns, st.st_size)
+                    except OSError:
+                        pass  # removed while listed
+        except OSError:
+            pass
+        return out
+
     def exists(self, path: Path) -> bool:
         return os.path.exists(path)
 
@@ -286,6 +303,18 @@ class ObjectFiles(Files):
             raise StorageError(f"cannot list {self.display(folder)}: "
                                f"{' '.join(str(e).split())}") from None
         return [info.base_name for info in infos if info.type == pafs.FileType.Directory]
+
+    def list_signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
+        """The objects under the prefix ``folder/`` with (modification time, size), from
+        the one listing request (what :meth:`signature` gives a parquet object)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
+                                                            allow_not_found=True))
+        except (OSError, pa.ArrowException) as e:
+            raise StorageError(f"cannot list {self.display(folder)}: "
+                               f"{' '.join(str(e).split())}") from None
+        return {i.base_name: (i.mtime_ns or 0, i.size) for i in infos
+                if i.type == pafs.FileType.File}
 
     def exists(self, path: Path) -> bool:
         return self._info(path).type != pafs.FileType.NotFound
