@@ -19,15 +19,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.dataset as pads
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
+from ..format.files import Files, files_for
 from ..format.layout import (
     LEGACY_NOTES_JSONL,
     NOTES_DIR,
@@ -36,6 +39,7 @@ from ..format.layout import (
     TrialLayout,
     is_hidden,
     live_shards,
+    shard_rank,
     trials_dir,
 )
 from ..format.schema import (
@@ -46,7 +50,7 @@ from ..format.schema import (
     SHARD_SCHEMAS,
     TRIAL_ID_PATTERN,
 )
-from .index import reason_of, signature
+from .index import reason_of
 from .types import SkippedFile
 
 log = logging.getLogger("comgra_like")
@@ -65,6 +69,10 @@ _INSTALL_HINT = "pip install comgra-like[sql]"
 _MAX_ATTEMPTS = 4
 # A name DuckDB's parquet reader gives its file-name column, unlikely to clash with ours.
 _FILE_COLUMN = "__comgra_file"
+# The trial's folder name in a dataset over objects (a column of every row of a file).
+_TRIAL_COLUMN = "__comgra_trial"
+# Footers read at once when an object store is listed (each one request, latency-bound).
+_REMOTE_CHECKS = 16
 
 _TRIALS_SCHEMA = pa.schema([
     ("trial_id", pa.string()), ("status", pa.string()), ("created", pa.float64()),
@@ -91,7 +99,11 @@ def _duckdb() -> Any:
 class _Shard:
     trial_id: str
     table: str
-    path: str
+    path: str  # as messages and ``skipped`` name it: a local path, or s3://bucket/key
+    location: str  # for the filesystem seam (an object's ``s3:/bucket/key``)
+    name_rank: int  # the rank in the file's name, 0 without one
+    # The file's columns (from its footer, read when it was checked)
+    schema: pa.Schema = field(compare=False, repr=False, default=None)
 
 
 @dataclass
@@ -107,28 +119,43 @@ class _Listing:
 class GroupFiles:
     """The files of a group a reader should read (no DuckDB needed): the trials shown,
     each table's live shards, the damaged files left out. A file's check is cached by
-    its signature (shards are never modified, so a good file is checked once)."""
+    its signature (shards are never modified, so a good file is checked once).
+
+    The group may be a folder or an ``s3://bucket/prefix/group`` location: everything is
+    listed and read through the filesystem seam (``format.files.files_for``), so both
+    follow the same rules. On an object store the listing of a table folder gives each
+    object's signature, and the footers of new objects are read in parallel.
+    """
 
     def __init__(self, group_path: str | os.PathLike):
-        self.path = Path(os.path.abspath(group_path))
-        if not self.path.is_dir():
-            raise NotFoundError(
-                f"{self.path} is not a group folder; pass the folder "
-                "<comgra_root_path>/<group> that the recorder writes to")
-        self._checked: dict[str, tuple[Any, str | None]] = {}
+        self.files: Files = files_for(group_path)
+        if self.files.remote:
+            self.path = Path(str(group_path))
+            self.display = self.files.display(self.path)
+            if not self.files.is_dir(self.path):
+                raise NotFoundError(
+                    f"nothing is stored under {self.display}; pass "
+                    "s3://<bucket>/<prefix>/<group> with the comgra_root_path the recorder "
+                    "wrote to (and the same AWS_* environment variables)")
+        else:
+            self.path = Path(os.path.abspath(group_path))
+            self.display = str(self.path)
+            if not self.path.is_dir():
+                raise NotFoundError(
+                    f"{self.path} is not a group folder; pass the folder "
+                    "<comgra_root_path>/<group> that the recorder writes to")
+        # location -> (signature, problem or None, the file's schema)
+        self._checked: dict[str, tuple[Any, str | None, pa.Schema | None]] = {}
+        self._lock = threading.Lock()
 
     def list(self) -> _Listing:
         """Look at the group: its trials, the shards to read, the files left out."""
         skipped: dict[str, SkippedFile] = {}
         trials: list[dict] = []
-        shards: dict[str, list[_Shard]] = {t: [] for t in SHARD_TABLES}
+        found: list[tuple[str, str, Path, Any]] = []  # (trial, table, location, signature)
         legacy: list[dict] = []
         folder = trials_dir(self.path)
-        try:
-            names = sorted(e.name for e in os.scandir(folder) if e.is_dir())
-        except OSError:
-            names = []
-        for name in names:
+        for name in sorted(self.files.list_folders(folder)):
             if is_hidden(name) or not TRIAL_ID_PATTERN.match(name):
                 continue
             layout = TrialLayout(folder / name)
@@ -139,28 +166,43 @@ class GroupFiles:
             # Steps first: the writer renames a step's other shards before its steps
             # shard, so every step listed here has its tensors listed below.
             for table in sorted(SHARD_TABLES, key=lambda t: t != STEPS):
-                shards[table].extend(self._shards(layout, table, skipped))
-            legacy.extend(_legacy_notes(layout))
+                where = layout.table(table)
+                listed = self.files.list_signatures(where)
+                for shard in live_shards([n for n in listed if not is_hidden(n)]):
+                    found.append((layout.trial_id, table, where / shard, listed[shard]))
+            legacy.extend(self._legacy_notes(layout))
+        shards: dict[str, list[_Shard]] = {t: [] for t in SHARD_TABLES}
+        for (trial_id, table, location, _), (problem, schema) in zip(
+                found, self._check_all(found)):
+            shown = self.files.display(location)
+            if problem is not None:
+                skipped[shown] = SkippedFile(shown, problem)
+                continue
+            shards[table].append(_Shard(trial_id, table, shown, str(location),
+                                        shard_rank(location.name) or 0, schema))
         return _Listing(trials, shards, legacy, skipped)
 
     def _trial_info(self, layout: TrialLayout, skipped: dict[str, SkippedFile]) -> dict | None:
         """The trials row of a trial, or None when it is not shown (as the query API:
         no trial.json yet, an unreadable one, or a newer storage format)."""
         path = layout.trial_json
-        if not path.exists():
-            return None  # being created
+        shown = self.files.display(path)
         try:
-            data = json.loads(path.read_text("utf-8"))
+            if not self.files.exists(path):
+                return None  # being created
+            data = json.loads(self.files.read_bytes(path).decode("utf-8"))
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
             version = int(data["schema_version"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            skipped[str(path)] = SkippedFile(str(path), f"unreadable trial.json ({reason_of(e)})")
+        except FileNotFoundError:
+            return None  # deleted while listed
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
+            skipped[shown] = SkippedFile(shown, f"unreadable trial.json ({reason_of(e)})")
             return None
         if version > SCHEMA_VERSION:
-            skipped[str(path)] = SkippedFile(
-                str(path), f"written with storage format {version}, this version reads up to "
-                           f"{SCHEMA_VERSION}: upgrade comgra_like")
+            skipped[shown] = SkippedFile(
+                shown, f"written with storage format {version}, this version reads up to "
+                       f"{SCHEMA_VERSION}: upgrade comgra_like")
             return None
         ended = data.get("ended")
         return {
@@ -172,48 +214,74 @@ class GroupFiles:
             "versions": json.dumps(data.get("versions") or {}, sort_keys=True),
         }
 
-    def _shards(self, layout: TrialLayout, table: str,
-                skipped: dict[str, SkippedFile]) -> list[_Shard]:
-        folder = layout.table(table)
-        try:
-            names = [e.name for e in os.scandir(folder) if not is_hidden(e.name)]
-        except OSError:
-            return []
-        out = []
-        for name in live_shards(names):
-            path = folder / name
-            problem = self._problem(path, table)
-            if problem is not None:
-                skipped[str(path)] = SkippedFile(str(path), problem)
-                continue
-            out.append(_Shard(layout.trial_id, table, str(path)))
-        return out
+    def _check_all(self, found: list[tuple[str, str, Path, Any]]
+                   ) -> list[tuple[str | None, pa.Schema | None]]:
+        """(problem, schema) of each listed shard, in order. Footers not checked before
+        are read in parallel on an object store (one request each, latency-bound)."""
+        def check(item: tuple[str, str, Path, Any]) -> tuple[str | None, pa.Schema | None]:
+            _, table, location, sig = item
+            return self._problem(location, table, sig)
 
-    def _problem(self, path: Path, table: str) -> str | None:
-        """Why a shard cannot be read (its footer is damaged, or it lacks columns of its
-        table), or None."""
-        sig = signature(path)
-        checked = self._checked.get(str(path))
+        new = sum(1 for item in found if self._known(str(item[2]), item[3]) is None)
+        if self.files.remote and new > 1:
+            with ThreadPoolExecutor(max_workers=min(_REMOTE_CHECKS, new)) as pool:
+                return list(pool.map(check, found))
+        return [check(item) for item in found]
+
+    def _known(self, location: str, sig: Any) -> tuple[str | None, pa.Schema | None] | None:
+        with self._lock:
+            checked = self._checked.get(location)
         if checked is not None and checked[0] == sig:
-            return checked[1]
-        problem = None
+            return checked[1], checked[2]
+        return None
+
+    def _problem(self, location: Path, table: str,
+                 sig: Any) -> tuple[str | None, pa.Schema | None]:
+        """Why a shard cannot be read (its footer is damaged, or it lacks columns of its
+        table), or None; and its columns."""
+        known = self._known(str(location), sig)
+        if known is not None:
+            return known
+        problem, schema = None, None
         try:
-            names = set(pq.read_schema(path).names)
+            schema = self.files.parquet_metadata(location).schema.to_arrow_schema()
             expected = SHARD_SCHEMAS.get(table)
-            missing = [] if expected is None else [n for n in expected.names if n not in names]
+            missing = ([] if expected is None
+                       else [n for n in expected.names if n not in schema.names])
             if missing:
                 problem = f"not a {table} shard (no column {', '.join(missing)})"
         except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
             problem = f"unreadable shard ({reason_of(e)})"
-        if problem is not None and (checked is None or checked[1] != problem):
-            log.warning("skipping damaged file %s: %s", path, problem)
-        self._checked[str(path)] = (sig, problem)
-        return problem
+        with self._lock:
+            before = self._checked.get(str(location))
+            self._checked[str(location)] = (sig, problem, schema)
+        if problem is not None and (before is None or before[1] != problem):
+            log.warning("skipping damaged file %s: %s", self.files.display(location), problem)
+        return problem, schema
 
-    def mark_damaged(self, path: str, exc: BaseException) -> None:
+    def mark_damaged(self, shard: _Shard, exc: BaseException) -> None:
         reason = f"unreadable shard ({reason_of(exc)})"
-        self._checked[path] = (signature(Path(path)), reason)
-        log.warning("skipping damaged file %s: %s", path, reason)
+        location = Path(shard.location)
+        with self._lock:
+            self._checked[shard.location] = (self.files.signature(location), reason, None)
+        log.warning("skipping damaged file %s: %s", shard.path, reason)
+
+    def read_whole(self, shard: _Shard) -> None:
+        """Read every page of a shard (raises what a damaged one raises)."""
+        self.files.read_parquet(Path(shard.location))
+
+    def exists(self, shard: _Shard) -> bool:
+        return self.files.exists(Path(shard.location))
+
+    def _legacy_notes(self, layout: TrialLayout) -> list[dict]:
+        """The notes of ``notes.jsonl`` (recordings made before notes were shards):
+        complete lines only; a line that is no note object is shown as its text, as the
+        query API."""
+        try:
+            data = self.files.read_bytes(layout.root / LEGACY_NOTES_JSONL)
+        except (OSError, pa.ArrowException):
+            return []
+        return _legacy_note_rows(layout.trial_id, data)
 
 
 class GroupSQL:
@@ -231,6 +299,8 @@ class GroupSQL:
                 "in .skipped) or 'raise' (a StorageError names them)")
         self._files = GroupFiles(group_path)
         self.path = self._files.path
+        #: The group as messages name it (a folder, or ``s3://bucket/prefix/group``).
+        self.location = self._files.display
         self.damaged = damaged
         duckdb = _duckdb()
         self._error = duckdb.Error
@@ -283,7 +353,7 @@ class GroupSQL:
         if self.damaged == "raise" and self._skipped:
             named = "; ".join(f"{s.path}: {s.reason}" for s in self._skipped.values())
             raise StorageError(
-                f"damaged files in {self.path}: {named}. Repair or delete them, or pass "
+                f"damaged files in {self.location}: {named}. Repair or delete them, or pass "
                 "damaged='skip' to query without them")
 
     # ----- views -------------------------------------------------------------------------
@@ -299,7 +369,16 @@ class GroupSQL:
         for table in SHARD_TABLES:
             parts = []
             paths = [shard.path for shard in listing.shards[table]]
-            if paths:
+            if paths and self._files.files.remote:
+                # DuckDB's own reader needs its httpfs extension for s3:// (downloaded at
+                # first use); pyarrow reads the objects through the seam's filesystem
+                # instead, and DuckDB pushes projections and filters into that scan.
+                con.register(f"__comgra_objects_{table}",
+                             self._dataset(table, listing.shards[table]))
+                parts.append(f"SELECT {_TRIAL_COLUMN} AS trial_id, "
+                             f"* EXCLUDE (trial_id, {_TRIAL_COLUMN}) "
+                             f"FROM __comgra_objects_{table}")
+            elif paths:
                 files = ", ".join(_literal(p) for p in paths)
                 # One scan of every trial's files (many trials cost no more than one).
                 # trial_id from the path, <group>/trials/<trial_id>/<table>/<file>: the
@@ -324,6 +403,30 @@ class GroupSQL:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE ({_FILE_COLUMN}) "
                         f"REPLACE (CAST(coalesce({RANK}, {from_name}, 0) AS INTEGER) AS {RANK}) "
                         "FROM (" + " UNION ALL BY NAME ".join(parts) + ")")
+
+    def _dataset(self, table: str, shards: list[_Shard]) -> pads.Dataset:
+        """A pyarrow dataset over a table's objects: one fragment per shard, whose trial
+        (the folder name) and file name are columns of its rows (constants of the
+        fragment: a filter on trial_id skips the other trials' objects unread). Its
+        columns are the table's and those any file has (a column missing in a file is
+        null there), as ``union_by_name`` on disk."""
+        files = self._files.files
+        parquet = pads.ParquetFileFormat()
+        fs = None
+        fragments = []
+        for shard in shards:
+            fs, key = files.arrow(Path(shard.location))
+            fragments.append(parquet.make_fragment(
+                key, fs, partition_expression=(
+                    (pads.field(_TRIAL_COLUMN) == shard.trial_id)
+                    & (pads.field(_FILE_COLUMN) == shard.path))))
+        columns = _empty(table).schema.remove(
+            _empty(table).schema.get_field_index(_FILE_COLUMN))
+        schema = pa.unify_schemas([columns, *(_plain(s.schema) for s in shards)],
+                                  promote_options="permissive")
+        schema = schema.append(pa.field(_TRIAL_COLUMN, pa.string())).append(
+            pa.field(_FILE_COLUMN, pa.string()))
+        return pads.FileSystemDataset(fragments, schema, parquet, fs)
 
     # ----- queries -----------------------------------------------------------------------
 
@@ -359,7 +462,7 @@ class GroupSQL:
                     raise ConfigurationError(
                         f"the query failed: {text}. Tables: {', '.join(TABLE_NAMES)} "
                         "(columns in docs/QUERYING.md)") from e
-                raise StorageError(f"reading {self.path} failed: {text}") from e
+                raise StorageError(f"reading {self.location} failed: {text}") from e
 
     def _recover(self, exc: BaseException) -> bool:
         """After a failed read: list the group again (a file vanished, was replaced or
@@ -367,7 +470,7 @@ class GroupSQL:
         whole to find the damaged one. Whether the views changed (run the query again)."""
         before = self._listing
         named = self._file_named_in(str(exc))
-        if named is not None and os.path.exists(named):
+        if named is not None and self._files.exists(named):
             self._files.mark_damaged(named, exc)
         self._listing = self._files.list()
         self._skipped = dict(self._listing.skipped)
@@ -376,9 +479,11 @@ class GroupSQL:
             for shards in self._listing.shards.values():
                 for shard in shards:
                     try:
-                        pq.ParquetFile(shard.path).read()
+                        self._files.read_whole(shard)
+                    except FileNotFoundError:
+                        continue  # gone since: the next listing leaves it out
                     except Exception as e:  # noqa: BLE001 - any damage is reported
-                        self._files.mark_damaged(shard.path, e)
+                        self._files.mark_damaged(shard, e)
                         changed = True
                         break
                 if changed:
@@ -390,14 +495,17 @@ class GroupSQL:
         self._build_views()
         return changed
 
-    def _file_named_in(self, message: str) -> str | None:
+    def _file_named_in(self, message: str) -> _Shard | None:
+        """The listed shard an error message names (pyarrow names an object by its key,
+        bucket/key, without the scheme)."""
         listing = self._listing
         if listing is None:
             return None
         for shards in listing.shards.values():
             for shard in shards:
-                if shard.path in message:
-                    return shard.path
+                key = shard.path.split("://", 1)[-1]
+                if shard.path in message or key in message:
+                    return shard
         return None
 
 
@@ -478,25 +586,24 @@ def _empty(table: str) -> pa.Table:
     return pa.schema([*fields, pa.field(_FILE_COLUMN, pa.string())]).empty_table()
 
 
-def _legacy_notes(layout: TrialLayout) -> list[dict]:
-    """The notes of ``notes.jsonl`` (recordings made before notes were shards): complete
-    lines only; a line that is no note object is shown as its text, as the query API."""
-    path = layout.root / LEGACY_NOTES_JSONL
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return []
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """A file's schema with dictionary columns as their values' type (the views' types)."""
+    return pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type)
+                      else f for f in schema])
+
+
+def _legacy_note_rows(trial_id: str, data: bytes) -> list[dict]:
     end = data.rfind(b"\n")
     rows = []
     for line in data[: end + 1].splitlines():
         try:
             obj = json.loads(line)
             step = obj.get("training_step")
-            rows.append({"trial_id": layout.trial_id, "text": str(obj.get("text", "")),
+            rows.append({"trial_id": trial_id, "text": str(obj.get("text", "")),
                          "wall_time": float(obj.get("wall_time") or 0.0),
                          "training_step": None if step is None else int(step)})
         except (ValueError, TypeError, AttributeError):
-            rows.append({"trial_id": layout.trial_id,
+            rows.append({"trial_id": trial_id,
                          "text": line.decode("utf-8", "replace"), "wall_time": 0.0,
                          "training_step": None})
     return rows
