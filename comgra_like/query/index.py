@@ -199,7 +199,7 @@ class TrialIndex:
         self._modules_signature: Signature | None = None
         self._legacy_notes: list[Note] = []
         self._legacy_offset = 0
-        self._shard_notes: list[tuple[str, float, int | None]] = []
+        self._shard_notes: list[tuple[str, float, int | None, int]] = []
 
     @property
     def trial_id(self) -> str:
@@ -572,13 +572,14 @@ class GroupIndex:
         for _, frame in frames:
             steps = frame["training_step"].tolist()
             trial._shard_notes.extend(
-                (str(text), float(wall_time), None if pd.isna(step) else int(step))
-                for text, wall_time, step in zip(frame["text"], frame["wall_time"], steps))
+                (str(text), float(wall_time), None if pd.isna(step) else int(step), int(rank))
+                for text, wall_time, step, rank in zip(frame["text"], frame["wall_time"], steps,
+                                                       frame[RANK]))
         if not (legacy or frames or whole):
             return False
         notes = list(trial._legacy_notes)
-        notes += [Note(len(notes) + i, text, wall_time, step)
-                  for i, (text, wall_time, step) in enumerate(trial._shard_notes)]
+        notes += [Note(len(notes) + i, text, wall_time, step, rank)
+                  for i, (text, wall_time, step, rank) in enumerate(trial._shard_notes)]
         changed = tuple(notes) != trial.notes
         trial.notes = tuple(notes)
         return changed

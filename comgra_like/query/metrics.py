@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigurationError, StorageError
 from ..format.files import files_for
-from ..format.layout import METRICS, TrialLayout, is_hidden, live_shards, trials_dir
-from ..format.schema import SCHEMAS
+from ..format.layout import METRICS, TrialLayout, is_hidden, live_shards, shard_rank, trials_dir
+from ..format.schema import RANK, SCHEMAS
 
 #: The columns of ``Group.read_metrics``, in this order.
 METRIC_COLUMNS = ["training_step", "type_of_execution", "module", "module_class", "metric",
@@ -54,8 +54,13 @@ class MetricsIndex:
             self._tables.pop(gone, None)
         return changed
 
+    def ranks(self, trial_id: str) -> set[int]:
+        """The ranks that wrote metrics shards of a trial."""
+        return {r for n in self._shards.get(trial_id, ()) if (r := shard_rank(n)) is not None}
+
     def table(self, trial_id: str) -> pa.Table:
-        """Every metrics row of a trial (an empty table when it has none)."""
+        """Every metrics row of a trial (an empty table when it has none), with a ``rank``
+        column last (the rank that wrote the shard, from its name)."""
         names = self._shards.get(trial_id, ())
         cached = self._tables.get(trial_id)
         if cached is not None and cached[0] == names:
@@ -64,15 +69,18 @@ class MetricsIndex:
         parts = []
         for name in names:
             try:
-                parts.append(self.files.read_parquet(folder / name, schema=SCHEMAS[METRICS]))
+                part = self.files.read_parquet(folder / name, schema=SCHEMAS[METRICS])
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
                 self._shards[trial_id] = tuple(live_shards(self.files.list(folder)))
                 return self.table(trial_id)
             except (OSError, pa.ArrowException) as e:
                 raise StorageError(f"cannot read {folder / name}: {e}") from None
+            parts.append(part.append_column(RANK, pa.array(
+                np.full(part.num_rows, shard_rank(name) or 0, np.int32))))
         result = (pa.concat_tables(parts).unify_dictionaries() if parts
-                  else SCHEMAS[METRICS].empty_table())
+                  else SCHEMAS[METRICS].empty_table().append_column(
+                      RANK, pa.array([], pa.int32())))
         if trial_id in self._shards:
             self._tables[trial_id] = (names, result)
         return result
@@ -107,37 +115,50 @@ def _plain(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy()
 
 
-def read_metrics(index: MetricsIndex, trial_id: str, *, module: Any = None,
-                 metric: Any = None, steps: Any = None) -> pd.DataFrame:
-    """The metric rows of a trial (see ``Group.read_metrics``)."""
-    table = index.table(trial_id)
+def _of_ranks(table: pa.Table, ranks: list[int]) -> pa.Table:
+    return table.filter(pc.is_in(table.column(RANK), value_set=pa.array(ranks, pa.int32())))
+
+
+def read_metrics(index: MetricsIndex, trial_id: str, *, ranks: list[int],
+                 with_rank: bool = False, module: Any = None, metric: Any = None,
+                 steps: Any = None) -> pd.DataFrame:
+    """The metric rows of a trial's ``ranks`` (see ``Group.read_metrics``); ``with_rank``
+    adds a ``rank`` column (rows sorted by rank after the usual order)."""
+    table = _of_ranks(index.table(trial_id), ranks)
     for column, wanted, what in (("module", module, "module"), ("metric", metric, "metric"),
                                  ("training_step", steps, "steps")):
         values = _as_list(wanted, what)
         if values is not None:
             table = _filter(table, column, values)
+    names = METRIC_COLUMNS + ([RANK] if with_rank else [])
     columns: dict[str, Any] = {}
-    for name in METRIC_COLUMNS:
+    for name in names:
         if name == "vector":
             columns[name] = [None if v is None else np.asarray(v, dtype=np.float64)
                              for v in table.column(name).to_pylist()]
         else:
             columns[name] = _plain(table, name)
-    frame = pd.DataFrame(columns, columns=METRIC_COLUMNS)
-    return frame.sort_values(_SORT, kind="stable").reset_index(drop=True)
+    frame = pd.DataFrame(columns, columns=names)
+    return frame.sort_values(_SORT + ([RANK] if with_rank else []),
+                             kind="stable").reset_index(drop=True)
 
 
-def list_metrics(index: MetricsIndex, trial_id: str) -> pd.DataFrame:
-    """(module, module_class, metric, n_points) of every metric of a trial; ``n_points``
-    counts its rows (a step with several backward passes counts each)."""
-    table = index.table(trial_id)
+def list_metrics(index: MetricsIndex, trial_id: str, *, ranks: list[int],
+                 with_rank: bool = False) -> pd.DataFrame:
+    """(module, module_class, metric, n_points) of every metric of a trial's ``ranks``;
+    ``n_points`` counts its rows (a step with several backward passes counts each); with
+    ``with_rank`` one row per rank too (a ``rank`` column)."""
+    table = _of_ranks(index.table(trial_id), ranks)
+    key = LIST_COLUMNS[:3] + ([RANK] if with_rank else [])
     if not table.num_rows:
-        return pd.DataFrame({"module": pd.Series([], dtype=object),
-                             "module_class": pd.Series([], dtype=object),
-                             "metric": pd.Series([], dtype=object),
-                             "n_points": pd.Series([], dtype=np.int64)})
-    frame = pd.DataFrame({name: _plain(table, name) for name in LIST_COLUMNS[:3]})
-    counts = (frame.groupby(LIST_COLUMNS[:3], sort=True).size()
-              .rename("n_points").reset_index())
+        empty = {"module": pd.Series([], dtype=object),
+                 "module_class": pd.Series([], dtype=object),
+                 "metric": pd.Series([], dtype=object)}
+        if with_rank:
+            empty[RANK] = pd.Series([], dtype=np.int32)
+        return pd.DataFrame({**empty, "n_points": pd.Series([], dtype=np.int64)})
+    frame = pd.DataFrame({name: _plain(table, name) for name in key})
+    counts = frame.groupby(key, sort=True).size().rename("n_points").reset_index()
     counts["n_points"] = counts["n_points"].astype(np.int64)
-    return counts.sort_values(["metric", "module"], kind="stable").reset_index(drop=True)
+    return counts.sort_values(["metric", "module"] + ([RANK] if with_rank else []),
+                              kind="stable").reset_index(drop=True)

@@ -61,6 +61,7 @@ from .types import (
 )
 from .watch import (
     WatchIndex,
+    merge_histograms,
     module_graph_hash,
     module_graph_steps,
     read_histograms,
@@ -159,12 +160,34 @@ class Group:
         return [t.info for t in self._index.trials()]
 
     def list_ranks(self, trial_id: str) -> list[int]:
-        """The torch.distributed ranks that recorded steps or tensors of a trial, sorted
-        ([0] for a single-process recording; [] before anything is on disk)."""
+        """The torch.distributed ranks that recorded anything of a trial (steps, tensors,
+        histograms, module graphs, metrics, notes), sorted ([0] for a single-process
+        recording; [] before anything is on disk)."""
         trial = self._trial(trial_id)
         found = {int(r) for r in trial.steps[RANK].unique()}
         found.update(shard_rank(name) for name in trial.tensor_files)
+        found.update(self._watch.ranks(trial_id))
+        found.update(self._metrics.ranks(trial_id))
+        found.update(n.rank for n in trial.notes)
         return sorted(found)
+
+    def _table_ranks(self, trial_id: str, rank: Any, ranks: Any) -> tuple[list[int], bool]:
+        """(the ranks a read of a watch or metrics table reads, whether its rows get a
+        ``rank`` column): ``ranks`` (``"all"`` or a list: with the column), else
+        ``rank`` (one rank), else the lowest rank of the trial."""
+        available = self.list_ranks(trial_id)
+        if ranks is not None:
+            if rank is not None:
+                raise ConfigurationError(
+                    f"rank={rank!r} and ranks={ranks!r}: pass one of them (rank= reads one "
+                    "rank, ranks= several with a rank column)")
+            return rank_merge.select_ranks(ranks, available), True
+        if rank is None:
+            return available[:1] or [0], False
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise ConfigurationError(f"rank={rank!r}: pass one rank (an int) or None for the "
+                                     "lowest; several ranks: ranks='all' or a list")
+        return rank_merge.select_ranks(int(rank), available), False
 
     def _rank(self, trial: TrialIndex, rank: int | None) -> int:
         """The rank a single-rank read reads: ``rank``, or by default the lowest."""
@@ -196,8 +219,16 @@ class Group:
                                "module tree cannot be shown until the recorder writes it again")
         return list(trial.modules or [])
 
-    def read_notes(self, trial_id: str) -> list[Note]:
-        return list(self._trial(trial_id).notes)
+    def read_notes(self, trial_id: str, rank: Any = None, ranks: Any = None) -> list[Note]:
+        """The notes of a trial, oldest first per rank; each says its ``rank``. Unlike
+        the tables of values, every rank's notes by default (a note is an event someone
+        wrote down, not a per-rank quantity: none is hidden); ``rank=`` or ``ranks=``
+        keeps those of one rank or a list."""
+        notes = list(self._trial(trial_id).notes)
+        if rank is None and ranks is None:
+            return notes
+        chosen, _ = self._table_ranks(trial_id, rank, ranks)
+        return [n for n in notes if n.rank in chosen]
 
     def read_kpis(self, trial_id: str, rank: int | None = None) -> pd.DataFrame:
         """The KPI points one rank recorded (``rank``, or the lowest); every rank's with
@@ -234,7 +265,8 @@ class Group:
 
     def read_histograms(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
                         what: Any = None, steps: Any = None, recording_types: Any = None,
-                        types_of_execution: Any = None) -> pd.DataFrame:
+                        types_of_execution: Any = None, rank: int | None = None,
+                        ranks: Any = None) -> pd.DataFrame:
         """The histograms ``comgra_like.watch`` recorded, one row per (training_step,
         iteration, node, role, recording_type, what), sorted by step.
 
@@ -247,25 +279,53 @@ class Group:
         hi), counts (numpy int64 array), n (values counted), vmin, vmax (the extremes of
         all values before sampling). Each filter is a value or a list of values.
         An empty frame for a trial without histograms.
+
+        A distributed recording: one rank's rows (``rank``, by default the lowest), or
+        with ``ranks`` (``"all"`` or a list) those ranks' rows side by side, with a
+        ``rank`` column; :meth:`read_merged_histograms` adds them up.
         """
         self._trial(trial_id)
-        return read_histograms(self._watch, trial_id, nodes=nodes, roles=roles, what=what,
-                               steps=steps, recording_types=recording_types,
+        chosen, with_rank = self._table_ranks(trial_id, rank, ranks)
+        return read_histograms(self._watch, trial_id, ranks=chosen, with_rank=with_rank,
+                               nodes=nodes, roles=roles, what=what, steps=steps,
+                               recording_types=recording_types,
                                types_of_execution=types_of_execution)
 
-    def list_module_graph_steps(self, trial_id: str) -> pd.DataFrame:
+    def read_merged_histograms(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
+                               what: Any = None, steps: Any = None,
+                               recording_types: Any = None, types_of_execution: Any = None,
+                               ranks: Any = "all", rebin: bool = False) -> pd.DataFrame:
+        """The histograms of several ranks (all by default) merged, one row per histogram
+        (:func:`comgra_like.query.watch.merge_histograms`): counts add where the ranks'
+        bin edges agree (``merge`` = ``exact``); where they differ a ConfigurationError,
+        unless ``rebin=True`` spreads each rank's counts over common edges (``merge`` =
+        ``rebinned``, approximate). Columns: those of :meth:`read_histograms`, ``ranks``
+        and ``merge``."""
+        frame = self.read_histograms(trial_id, nodes=nodes, roles=roles, what=what,
+                                     steps=steps, recording_types=recording_types,
+                                     types_of_execution=types_of_execution, ranks=ranks)
+        return merge_histograms(frame, rebin=rebin)
+
+    def list_module_graph_steps(self, trial_id: str, rank: int | None = None,
+                                ranks: Any = None) -> pd.DataFrame:
         """training_step, type_of_execution, iteration, graph_hash of every step that has
-        a module graph (``comgra_like.watch``)."""
+        a module graph (``comgra_like.watch``): one rank's (``rank``, by default the
+        lowest), or those of ``ranks`` with a ``rank`` column."""
         self._trial(trial_id)
-        return module_graph_steps(self._watch, trial_id)
+        chosen, with_rank = self._table_ranks(trial_id, rank, ranks)
+        return module_graph_steps(self._watch, trial_id, chosen, with_rank)
 
     def read_module_graph(self, trial_id: str, training_step: int,
-                          iteration: int | None = None) -> dict | None:
+                          iteration: int | None = None,
+                          rank: int | None = None) -> dict | None:
         """The module graph of a recorded step (docs/FORMAT.md, "watch()"): a dict with
         ``invocations`` and ``edges``; the first iteration's (root-module forward) unless
-        ``iteration`` is given. None when the step has none."""
+        ``iteration`` is given; as ``rank`` recorded it (by default the lowest rank: the
+        ranks of data-parallel training share one graph file, written once by content
+        hash). None when the step has none."""
         self._trial(trial_id)
-        digest = module_graph_hash(self._watch, trial_id, training_step, iteration)
+        (chosen,), _ = self._table_ranks(trial_id, rank, None)
+        digest = module_graph_hash(self._watch, trial_id, training_step, iteration, chosen)
         if digest is None:
             return None
         key = self._key("module_graph", trial_id, digest)
@@ -284,7 +344,8 @@ class Group:
     # ----- per-module metrics (watch(metrics=...), Monitor) --------------------------------
 
     def read_metrics(self, trial_id: str, module: Any = None, metric: Any = None,
-                     steps: Any = None) -> pd.DataFrame:
+                     steps: Any = None, *, rank: int | None = None,
+                     ranks: Any = None) -> pd.DataFrame:
         """The per-module metrics of a trial, one row per (training_step, module, metric,
         backward_pass), sorted by (metric, module, training_step, backward_pass).
 
@@ -294,15 +355,26 @@ class Group:
         backward pass of the step), value, vector (a numpy float64 array for spectra,
         else None), time (wall time). ``module``, ``metric`` and ``steps`` filter (a
         value or a list). An empty frame for a trial without metrics.
+
+        A distributed recording: one rank's rows (``rank``, by default the lowest), or
+        with ``ranks`` (``"all"`` or a list) those ranks' rows with a ``rank`` column.
+        Metrics are not merged over ranks: each is a quantity of one rank's batch and
+        model state (a spectrum or a dead-unit rate of the combined batch cannot be made
+        from the ranks' values); compare the ranks side by side.
         """
         self._trial(trial_id)
-        return read_metrics(self._metrics, trial_id, module=module, metric=metric,
-                            steps=steps)
+        chosen, with_rank = self._table_ranks(trial_id, rank, ranks)
+        return read_metrics(self._metrics, trial_id, ranks=chosen, with_rank=with_rank,
+                            module=module, metric=metric, steps=steps)
 
-    def list_metrics(self, trial_id: str) -> pd.DataFrame:
-        """(module, module_class, metric, n_points) of every metric a trial has."""
+    def list_metrics(self, trial_id: str, rank: int | None = None,
+                     ranks: Any = None) -> pd.DataFrame:
+        """(module, module_class, metric, n_points) of every metric a trial has: one
+        rank's (``rank``, by default the lowest), or those of ``ranks`` with a ``rank``
+        column (one row per rank)."""
         self._trial(trial_id)
-        return list_metrics(self._metrics, trial_id)
+        chosen, with_rank = self._table_ranks(trial_id, rank, ranks)
+        return list_metrics(self._metrics, trial_id, ranks=chosen, with_rank=with_rank)
 
     # ----- values ------------------------------------------------------------------------
 

@@ -120,6 +120,7 @@ class Note:
     text: str
     wall_time: float
     training_step: int | None = None
+    rank: int = 0  # the torch.distributed rank that took the note (0: single process)
 
 
 @dataclass(frozen=True)

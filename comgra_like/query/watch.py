@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import StorageError
+from ..errors import ConfigurationError, StorageError
 from ..format.files import files_for
 from ..format.graphs import is_graph_digest
 from ..format.layout import (
@@ -26,9 +26,10 @@ from ..format.layout import (
     TrialLayout,
     is_hidden,
     live_shards,
+    shard_rank,
     trials_dir,
 )
-from ..format.schema import SCHEMAS
+from ..format.schema import RANK, SCHEMAS
 
 #: what a histogram is of (the ``what`` column)
 WHATS = ("io", "io_grad", "params", "params_grad")
@@ -47,7 +48,8 @@ class _TrialWatch:
 
 
 class WatchIndex:
-    """The shard names of the watch tables per trial, as of the last ``update``."""
+    """The shard names of the watch tables per trial, as of the last ``update``. The rows
+    read carry a ``rank`` column (the rank that wrote the shard, from its name)."""
 
     def __init__(self, group: Path):
         self.group = Path(group)
@@ -78,8 +80,14 @@ class WatchIndex:
     def _state(self, trial_id: str) -> _TrialWatch:
         return self._trials.get(trial_id) or _TrialWatch()
 
+    def ranks(self, trial_id: str) -> set[int]:
+        """The ranks that wrote shards of a trial's watch tables."""
+        return {r for names in self._state(trial_id).shards.values() for n in names
+                if (r := shard_rank(n)) is not None}
+
     def table(self, trial_id: str, table: str) -> pa.Table:
-        """The rows of one watch table of a trial (read once per set of shard names)."""
+        """The rows of one watch table of a trial (read once per set of shard names), with
+        a ``rank`` column last."""
         state = self._state(trial_id)
         names = state.shards.get(table, ())
         cached = state.tables.get(table)
@@ -89,15 +97,18 @@ class WatchIndex:
         parts = []
         for name in names:
             try:
-                parts.append(self.files.read_parquet(folder / name, schema=SCHEMAS[table]))
+                part = self.files.read_parquet(folder / name, schema=SCHEMAS[table])
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
                 live = live_shards(self.files.list(folder))
                 return self._reread(trial_id, table, tuple(live))
             except (OSError, pa.ArrowException) as e:
                 raise StorageError(f"cannot read {folder / name}: {e}") from None
+            # the name says whose rows they are, also for files written before the column
+            parts.append(part.append_column(RANK, pa.array(
+                np.full(part.num_rows, shard_rank(name) or 0, np.int32))))
         result = (pa.concat_tables(parts).unify_dictionaries() if parts
-                  else SCHEMAS[table].empty_table())
+                  else SCHEMAS[table].empty_table().append_column(RANK, pa.array([], pa.int32())))
         state.tables[table] = (names, result)
         return result
 
@@ -133,12 +144,17 @@ def _as_list(value: Any) -> list | None:
     return list(value)
 
 
-def read_histograms(index: WatchIndex, trial_id: str, *, nodes: Any = None,
-                    roles: Any = None, what: Any = None, steps: Any = None,
-                    recording_types: Any = None,
+def _of_ranks(table: pa.Table, ranks: list[int]) -> pa.Table:
+    return table.filter(pc.is_in(table.column(RANK), value_set=pa.array(ranks, pa.int32())))
+
+
+def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
+                    with_rank: bool = False, nodes: Any = None, roles: Any = None,
+                    what: Any = None, steps: Any = None, recording_types: Any = None,
                     types_of_execution: Any = None) -> pd.DataFrame:
-    """The histograms of a trial as one row each (see ``Group.read_histograms``)."""
-    table = index.table(trial_id, HISTOGRAMS)
+    """The histograms of a trial's ``ranks`` as one row each (see
+    ``Group.read_histograms``); ``with_rank`` adds a ``rank`` column."""
+    table = _of_ranks(index.table(trial_id, HISTOGRAMS), ranks)
     mask = None
     for column, wanted in (("node", nodes), ("role", roles), ("what", what),
                            ("training_step", steps), ("recording_type", recording_types),
@@ -156,8 +172,9 @@ def read_histograms(index: WatchIndex, trial_id: str, *, nodes: Any = None,
         mask = m if mask is None else pc.and_(mask, m)
     if mask is not None:
         table = table.filter(mask)
+    names = HISTOGRAM_COLUMNS + ([RANK] if with_rank else [])
     columns = {}
-    for name in HISTOGRAM_COLUMNS:
+    for name in names:
         col = table.column(name)
         if pa.types.is_dictionary(col.type):
             col = col.cast(pa.string())
@@ -165,15 +182,93 @@ def read_histograms(index: WatchIndex, trial_id: str, *, nodes: Any = None,
             columns[name] = [np.asarray(x, dtype=np.int64) for x in col.to_pylist()]
         else:
             columns[name] = col.to_numpy()
-    frame = pd.DataFrame(columns, columns=HISTOGRAM_COLUMNS)
-    return frame.sort_values(["training_step", "iteration", "what", "node", "role",
-                              "recording_type"], kind="stable").reset_index(drop=True)
+    frame = pd.DataFrame(columns, columns=names)
+    order = ["training_step", "iteration", "what", "node", "role", "recording_type"]
+    return frame.sort_values(order + ([RANK] if with_rank else []),
+                             kind="stable").reset_index(drop=True)
+
+
+#: What identifies one histogram apart from the rank that recorded it.
+HISTOGRAM_KEY = ["training_step", "type_of_execution", "iteration", "node", "role",
+                 "recording_type", "what"]
+EXACT, REBINNED = "exact", "rebinned"
+
+
+def merge_histograms(frame: pd.DataFrame, rebin: bool = False) -> pd.DataFrame:
+    """``read_histograms(ranks=...)``'s rows merged over the ranks, one row per histogram
+    key: the histogram of all the ranks' counted values together.
+
+    Where every rank's bins have the same edges (same ``lo``, ``hi`` and number of bins:
+    parameters and their gradients under DDP, whose values are the same on every rank)
+    the counts add, exactly (``merge`` = ``exact``). Each rank bins its own values over
+    their own range, so the edges of activations differ between ranks; such a row is
+    refused (ConfigurationError) unless ``rebin``: then the common edges span the union
+    of the ranges with the largest number of bins, and each rank's bin count is spread
+    over the bins it overlaps in proportion to the overlap, which assumes values spread
+    evenly inside a bin (``merge`` = ``rebinned``; float counts whose sum is exact, the
+    shape approximate). ``n`` adds, ``vmin``/``vmax`` are the smallest and largest,
+    ``time`` the first rank's, ``ranks`` counts the ranks that had the row.
+    """
+    columns = [*HISTOGRAM_COLUMNS, "ranks", "merge"]
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series(dtype=frame[c].dtype if c in frame else "object")
+                             for c in columns})
+    out = []
+    for _, rows in frame.groupby(HISTOGRAM_KEY, sort=False, dropna=False):
+        first = rows.iloc[0]
+        counts = list(rows["counts"])
+        lo, hi = rows["lo"].to_numpy(np.float64), rows["hi"].to_numpy(np.float64)
+        bins = {len(c) for c in counts}
+        if len(bins) == 1 and np.all(lo == lo[0]) and np.all(hi == hi[0]):
+            merged, how = np.sum(counts, axis=0).astype(np.int64), EXACT
+            new_lo, new_hi = float(lo[0]), float(hi[0])
+        elif not rebin:
+            raise ConfigurationError(
+                f"the histograms of {first['node']} {first['role']} ({first['what']}, "
+                f"{first['recording_type']}) at step {first['training_step']} have different "
+                f"bin edges on ranks {rows[RANK].tolist()} (ranges "
+                f"{', '.join(f'[{a:.4g}, {b:.4g}]' for a, b in zip(lo, hi))}): their counts "
+                "cannot be added exactly; pass rebin=True to spread them over common edges "
+                "(approximate), or read the ranks side by side with ranks='all'")
+        else:
+            new_lo, new_hi = float(lo.min()), float(hi.max())
+            merged, how = _rebin(counts, lo, hi, new_lo, new_hi, max(bins)), REBINNED
+        row = {c: first[c] for c in HISTOGRAM_KEY}
+        row.update(time=first["time"], lo=new_lo, hi=new_hi, counts=merged,
+                   n=int(rows["n"].sum()), vmin=float(rows["vmin"].min()),
+                   vmax=float(rows["vmax"].max()), ranks=len(rows), merge=how)
+        out.append(row)
+    return pd.DataFrame(out, columns=columns)
+
+
+def _rebin(counts: list[np.ndarray], lo: np.ndarray, hi: np.ndarray, new_lo: float,
+           new_hi: float, bins: int) -> np.ndarray:
+    """Every rank's counts spread over ``bins`` equal bins from ``new_lo`` to ``new_hi``
+    in proportion to the overlap of its bins with them (a bin of zero width, a range of
+    one value, goes whole into the bin that holds it)."""
+    edges = np.linspace(new_lo, new_hi, bins + 1)
+    out = np.zeros(bins, np.float64)
+    for c, a, b in zip(counts, lo, hi):
+        own = np.linspace(a, b, len(c) + 1)
+        left, right = own[:-1], own[1:]
+        width = right - left
+        overlap = (np.minimum(right[:, None], edges[None, 1:])
+                   - np.maximum(left[:, None], edges[None, :-1])).clip(min=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(width[:, None] > 0, overlap / width[:, None], 0.0)
+        point = width <= 0
+        if point.any():
+            at = np.clip(np.searchsorted(edges, left[point], side="right") - 1, 0, bins - 1)
+            share[np.flatnonzero(point), at] = 1.0
+        out += np.asarray(c, np.float64) @ share
+    return out
 
 
 def module_graph_hash(index: WatchIndex, trial_id: str, training_step: int,
-                      iteration: int | None = None) -> str | None:
-    """The graph hash of a step's module graph (the first iteration's unless given)."""
-    table = index.table(trial_id, MODULE_STEPS)
+                      iteration: int | None = None, rank: int = 0) -> str | None:
+    """The graph hash of a step's module graph on ``rank`` (the first iteration's unless
+    given)."""
+    table = _of_ranks(index.table(trial_id, MODULE_STEPS), [rank])
     mask = pc.equal(table.column("training_step"), pa.scalar(int(training_step), pa.int64()))
     if iteration is not None:
         mask = pc.and_(mask, pc.equal(table.column("iteration"),
@@ -198,11 +293,16 @@ def read_module_graph_file(group: Path, trial_id: str, digest: str) -> dict:
     return value
 
 
-def module_graph_steps(index: WatchIndex, trial_id: str) -> pd.DataFrame:
-    """training_step, type_of_execution, iteration, graph_hash of every step with one."""
-    table = index.table(trial_id, MODULE_STEPS)
+def module_graph_steps(index: WatchIndex, trial_id: str, ranks: list[int],
+                       with_rank: bool = False) -> pd.DataFrame:
+    """training_step, type_of_execution, iteration, graph_hash (and ``rank`` with
+    ``with_rank``) of every step of ``ranks`` with a module graph."""
+    table = _of_ranks(index.table(trial_id, MODULE_STEPS), ranks)
+    names = ["training_step", "type_of_execution", "iteration", "graph_hash"]
+    names += [RANK] if with_rank else []
     frame = pd.DataFrame({
         name: (table.column(name).cast(pa.string()) if pa.types.is_dictionary(
             table.column(name).type) else table.column(name)).to_numpy()
-        for name in ("training_step", "type_of_execution", "iteration", "graph_hash")})
-    return frame.sort_values(["training_step", "iteration"]).reset_index(drop=True)
+        for name in names})
+    return frame.sort_values(["training_step", "iteration"] + ([RANK] if with_rank else [])
+                             ).reset_index(drop=True)
