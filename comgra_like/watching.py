@@ -303,7 +303,7 @@ def _own_recorder(standalone_dir: str, trial_id: str | None, backend: str):
 
     folder = Path(standalone_dir).expanduser().resolve()
     if trial_id is None:
-        trial_id = "watch-" + time.strftime("%Y%m%d-%H%M%S")
+        trial_id = "watch-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(_start_time()))
     if not isinstance(trial_id, str) or not TRIAL_ID_PATTERN.match(trial_id):
         raise ConfigurationError(
             f"trial_id {trial_id!r} is not a valid trial id: letters, digits, '.', '_' and "
@@ -313,6 +313,30 @@ def _own_recorder(standalone_dir: str, trial_id: str | None, backend: str):
         DecisionMakerForRecordingsFrequencyPerType(1),
         max_num_batch_size_to_record=0,
         calculate_svd_and_other_expensive_operations_of_parameters=False)
+
+
+def _start_time() -> float:
+    """Now, or under torch.distributed rank 0's now: every rank's default trial id must
+    be the same, or the ranks would record into trials of their own (their clocks can
+    straddle a second)."""
+    from .record.ranks import detect
+
+    where = detect()
+    if not where.distributed or where.world_size == 1:
+        return time.time()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise ConfigurationError(
+            f"watch() on rank {where.rank} of {where.world_size} (RANK/WORLD_SIZE are set) "
+            "without a torch.distributed process group cannot agree with the other ranks on "
+            "its trial id; pass trial_id= (the same on every rank), or call "
+            "dist.init_process_group() first")
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    now = torch.tensor([time.time()], dtype=torch.float64, device=device)
+    dist.broadcast(now, src=0)
+    return float(now.item())
 
 
 def _attach_to_recorder(recorder, module: torch.nn.Module, name: str | None) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigurationError
+from ..record.hooks import queue_after_backward
 from ..writer.protocol import MetricData
 from .config import LOSS, MetricSpec
 from .user import as_number
@@ -319,7 +320,7 @@ class Collector:
     def _queue_callback(self) -> None:
         if not self._queued:
             self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            queue_after_backward(self._backward_done)  # after DDP's all-reduce
 
     def _backward_done(self) -> None:
         """A backward pass of the open step ended: every gradient of it is there now."""

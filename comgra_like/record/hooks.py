@@ -481,7 +481,7 @@ class Watcher:
     def _on_gradient(self, grad):
         if not self._callback_queued:
             self._callback_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            queue_after_backward(self._backward_done)
 
     def _backward_done(self) -> None:
         """The backward pass has ended: every gradient of it is accumulated now."""
@@ -638,3 +638,14 @@ def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:
         if id(m) == key:
             return m
     return None
+
+
+def queue_after_backward(callback: Callable[[], None]) -> None:
+    """Run ``callback`` when the current backward pass ends, after the end-of-backward
+    callbacks queued during it: DistributedDataParallel's waits for the gradients'
+    all-reduce and writes the averaged gradients into ``.grad``, and a callback queued
+    from a gradient hook would otherwise run before it and see each rank's own gradients.
+    Queued from inside a first callback, it lands behind every one queued in the pass
+    (the engine runs callbacks queued while it runs them, in order)."""
+    engine = torch.autograd.Variable._execution_engine
+    engine.queue_callback(lambda: engine.queue_callback(callback))

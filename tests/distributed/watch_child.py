@@ -1,0 +1,88 @@
+"""One rank of a small data-parallel job under ``comgra_like.watch(model, metrics=...)``.
+
+Usage: ``python watch_child.py ROOT RANK WORLD_SIZE PORT``. A gloo process group on
+127.0.0.1:PORT, a DistributedDataParallel model watched on every rank into its own trial
+(``standalone_dir=ROOT/g``, the default trial id: every rank must agree on it), each rank
+training on its own part of each batch (6 and 4 samples).
+
+Each rank saves what it computed as .npy files under ROOT/raw/ so that the test compares
+the stored rows with them: per step the first layer's output (``out-<rank>-<step>``) and
+its input (``in-<rank>-<step>``), the loss (``loss-<rank>-<step>``) and its weight's
+gradient after the backward pass (``wgrad-<rank>-<step>``); each rank also
+takes a note at step 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import comgra_like
+
+STEPS = 3
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(5, 8)
+        self.second = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.second(torch.tanh(self.first(x)))
+
+
+def main() -> int:
+    root, rank, world, port = (Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                               sys.argv[4])
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    torch.manual_seed(0)
+    net = Net()
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    sizes = [6 - 2 * (r % 2) for r in range(world)]
+    total, first = sum(sizes), sum(sizes[:rank])
+    data = torch.randn(STEPS * total, 5, generator=torch.Generator().manual_seed(1)) * 2 + 0.5
+    saved: dict[str, torch.Tensor] = {}
+    net.first.register_forward_hook(
+        lambda m, args, out: saved.update(input=args[0].detach(), output=out.detach()))
+    handle = comgra_like.watch(model, log_freq=1, bins=10, sample_n=None, verbose=False,
+                               reject_outlier_proportion=0.0,
+                               standalone_dir=str(root / "g"),
+                               metrics={"module.first": ["InputSndNorm", "OutputNorm",
+                                                         "WeightGradNorm"]})
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    raw = root / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for step in range(STEPS):
+        batch = data[step * total + first:step * total + first + sizes[rank]]
+        loss = model(batch).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        handle.log_loss(loss)
+        opt.step()
+        np.save(raw / f"in-{rank}-{step}.npy", saved["input"].numpy())
+        np.save(raw / f"out-{rank}-{step}.npy", saved["output"].numpy())
+        np.save(raw / f"loss-{rank}-{step}.npy", loss.detach().numpy())
+        # after DDP's all-reduce: the mean over the ranks, the same on both
+        np.save(raw / f"wgrad-{rank}-{step}.npy", net.first.weight.grad.numpy())
+        if step == 1:
+            handle.recorder.add_note(f"rank {rank} saw loss {float(loss):.6f}")
+    handle.unwatch()
+    (raw / f"trial-{rank}.txt").write_text(handle.trial_id)
+    dist.destroy_process_group()
+    print("finished", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
