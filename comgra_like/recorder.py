@@ -43,6 +43,7 @@ from .metrics.collect import Collector
 from .metrics.config import resolve_config
 from .objects import DecisionMakerForRecordings
 from .record.capture import Capturer
+from .record.flow import protect_retained
 from .record.graph import GraphExtractor
 from .record.kpi import KpiBuffer
 from .record.ranks import detect as rank_detection
@@ -185,6 +186,12 @@ class ComgraRecorder:
         self._recorded_steps = 0
         self._warned_no_gradients = False
         self._warned_unused: set[str] = set()
+        protect_retained(self._retained_tensors)  # from FlowChain's extra backward passes
+
+    def _retained_tensors(self) -> list[torch.Tensor]:
+        """The registered tensors of the open step that retain their gradient."""
+        step = self._step
+        return [] if step is None else [r.tensor for r in step.regs if r.tensor.retains_grad]
 
     # ----- metadata ---------------------------------------------------------------------
 

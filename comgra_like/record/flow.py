@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,35 @@ _UNSET: Any = object()
 # Set while jacobian_rows runs its backward passes: they go through the chain's gradient
 # hooks too, which must keep only the loss's gradient.
 _flow_passes = threading.local()
+# Who else has tensors retaining their gradient (the ComgraRecorder: its registrations),
+# as weak methods, so that a recorder that is gone is not kept alive by this list.
+_RETAINERS: list[weakref.WeakMethod] = []
+_RETAINERS_LOCK = threading.Lock()
+
+
+def in_flow_pass() -> bool:
+    """Whether this thread is inside a flow's extra backward pass: gradient hooks of
+    others (watch(), the metrics' collector) ignore those passes, which are not the
+    training's and carry batched gradients."""
+    return getattr(_flow_passes, "active", False)
+
+
+def protect_retained(provider: Callable[[], Iterable[torch.Tensor]]) -> None:
+    """Make every flow pass put back the ``.grad`` of the tensors ``provider()`` names
+    (a bound method, held weakly), like the chain's own nodes'. The ComgraRecorder
+    passes the registered tensors of its open step: one registered between two nodes
+    lies on the flow's backward path, and autograd adds each pass's (batched) gradient
+    to the ``.grad`` it retains for the recorder."""
+    with _RETAINERS_LOCK:
+        _RETAINERS[:] = [m for m in _RETAINERS if m() is not None]
+        _RETAINERS.append(weakref.WeakMethod(provider))
+
+
+def retained_tensors() -> list[torch.Tensor]:
+    """The tensors the providers of :func:`protect_retained` name now."""
+    with _RETAINERS_LOCK:
+        providers = [m() for m in _RETAINERS]
+    return [t for p in providers if p is not None for t in p()]
 
 
 @dataclass
@@ -123,8 +153,9 @@ def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int
     A tensor between source and target that retains its gradient (``retain_grad()``,
     as the recorder does for registered tensors) would get each pass's gradients added
     to its ``.grad`` -- batched ones, which leak out of the batched pass and break the
-    next one. The ``.grad`` of the tensors in ``keep_grads`` is put back after every
-    pass (FlowChain passes its nodes: register retained tensors as nodes of the chain).
+    next one. The ``.grad`` of the tensors in ``keep_grads`` (FlowChain passes its
+    nodes and the recorder's registrations it saw) and of those of
+    :func:`retained_tensors` is put back after every pass.
     """
     if not target.requires_grad or target.grad_fn is None:
         raise GraphError(f"{names[1]!r} is not computed by a differentiable operation: "
@@ -140,13 +171,15 @@ def jacobian_rows(source: torch.Tensor, target: torch.Tensor, rows: Sequence[int
             f"sample's {tuple(_per_sample(target, target_batch_dim, sample).shape)})")
     if chunk is None:
         chunk = max(1, min(128, _CHUNK_ENTRIES // max(1, source.numel())))
+    guarded = list({id(t): t for t in (*keep_grads, *retained_tensors())
+                    if t.retains_grad}.values())
     parts = []
     for start in range(0, rows_t.numel(), chunk):
         idx = rows_t[start:start + chunk]
         onehot = torch.zeros(len(idx), n, dtype=flat.dtype, device=flat.device)
         onehot[torch.arange(len(idx)), idx.to(flat.device)] = 1
         _flow_passes.active = True
-        saved = [(t, t.grad) for t in keep_grads if t.retains_grad]
+        saved = [(t, t.grad) for t in guarded]
         try:
             (g,) = torch.autograd.grad(flat, source, grad_outputs=onehot, retain_graph=True,
                                        is_grads_batched=True, allow_unused=True)
@@ -235,6 +268,9 @@ class FlowChain:
 
     batch_dim: int | None = 0
     _nodes: list[_Node] = field(default_factory=list)
+    # the recorder's registrations seen at backward(): a recorder forgets them when its
+    # step ends, which the probe loop's function does before the flows are computed
+    _retained: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def node(self, name: str, tensor: torch.Tensor, batch_dim: int | None = _UNSET
              ) -> torch.Tensor:
@@ -250,7 +286,7 @@ class FlowChain:
         entry = _Node(name, tensor, self.batch_dim if batch_dim is _UNSET else batch_dim)
 
         def keep(grad: torch.Tensor, entry: _Node = entry) -> None:
-            if getattr(_flow_passes, "active", False):
+            if in_flow_pass():
                 return
             entry.grad = grad.detach() if entry.grad is None else entry.grad + grad.detach()
 
@@ -265,6 +301,7 @@ class FlowChain:
     def backward(self, loss: torch.Tensor) -> None:
         """``loss.backward(retain_graph=True)``: the gradients, and the graph kept for flows."""
         loss.backward(retain_graph=True)
+        self._retained.update((id(t), t) for t in retained_tensors())
 
     def gradient(self, name: str) -> torch.Tensor | None:
         return self._get(name).grad
@@ -313,7 +350,7 @@ class FlowChain:
             a.tensor, b.tensor, b.grad, sample=sample, source_batch_dim=a.batch_dim,
             target_batch_dim=b.batch_dim, rows=rows, max_entries=max_entries,
             weighting=weighting, names=(a.name, b.name),
-            keep_grads=[n.tensor for n in self._nodes])
+            keep_grads=[n.tensor for n in self._nodes] + list(self._retained.values()))
         return Flow(
             source=a.name, target=b.name, sample=sample,
             source_shape=tuple(_per_sample(a.tensor, a.batch_dim, sample).shape),
@@ -326,6 +363,7 @@ class FlowChain:
     def release(self) -> None:
         """Drop the tensors (and with them the retained graph)."""
         self._nodes.clear()
+        self._retained.clear()
 
 
 def _side(t: torch.Tensor | None, node: _Node, sample: int) -> np.ndarray:
