@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ..errors import ConfigurationError
+from ..record.flow import in_flow_pass
 from ..record.hooks import queue_after_backward
 from ..writer.protocol import MetricData
 from .config import LOSS, MetricSpec
@@ -303,13 +304,13 @@ class Collector:
 
     def _grad_seen(self, generation: int):
         def hook(grad):
-            if generation == self._generation:
+            if generation == self._generation and not in_flow_pass():
                 self._queue_callback()
         return hook
 
     def _output_grad_of(self, m: _Module, generation: int):
         def hook(grad):
-            if generation != self._generation:
+            if generation != self._generation or in_flow_pass():  # a FlowChain's pass
                 return
             if m.grad_pass != self.backward_count:
                 m.grad_pass = self.backward_count

@@ -32,6 +32,7 @@ from ..errors import ComgraError
 from ..format.graphs import canonical_hash
 from ..vocabulary import CALCULATED, INPUT
 from ..writer.protocol import ModuleGraph, Watch, WatchReport, WatchStep
+from .flow import in_flow_pass
 from .module_graph import (
     Invocation,
     edges_of,
@@ -476,10 +477,11 @@ class Watcher:
                 t.register_hook(hook)
 
     def _mark_backward(self, grad):
-        self.backward_seen = True
+        if not in_flow_pass():
+            self.backward_seen = True
 
     def _on_gradient(self, grad):
-        if not self._callback_queued:
+        if not self._callback_queued and not in_flow_pass():  # a FlowChain's: not training's
             self._callback_queued = True
             queue_after_backward(self._backward_done)
 
