@@ -420,11 +420,7 @@ class GroupSQL:
                 key, fs, partition_expression=(
                     (pads.field(_TRIAL_COLUMN) == shard.trial_id)
                     & (pads.field(_FILE_COLUMN) == shard.path))))
-        columns = _empty(table).schema.remove(
-            _empty(table).schema.get_field_index(_FILE_COLUMN))
-        schema = pa.unify_schemas([columns, *(_plain(s.schema) for s in shards)],
-                                  promote_options="permissive")
-        schema = schema.append(pa.field(_TRIAL_COLUMN, pa.string())).append(
+        schema = table_schema(table, [s.schema for s in shards]).append(pa.field(_TRIAL_COLUMN, pa.string())).append(
             pa.field(_FILE_COLUMN, pa.string()))
         return pads.FileSystemDataset(fragments, schema, parquet, fs)
 
@@ -584,6 +580,16 @@ def _empty(table: str) -> pa.Table:
     fields = [pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
               for f in schema]
     return pa.schema([*fields, pa.field(_FILE_COLUMN, pa.string())]).empty_table()
+
+
+def table_schema(table: str, file_schemas: list[pa.Schema]) -> pa.Schema:
+    """The columns of a table over files with these schemas: the table's own
+    (``format/schema.py``) and any other a file has, dictionary columns as their values'
+    type; a file without a column has nulls there (as DuckDB's ``union_by_name``)."""
+    empty = _empty(table).schema
+    own = empty.remove(empty.get_field_index(_FILE_COLUMN))
+    return pa.unify_schemas([own, *(_plain(s) for s in file_schemas if s is not None)],
+                            promote_options="permissive")
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:

@@ -3,8 +3,8 @@ mode reads a group recorded by the real recorder and its aggregate equals DuckDB
 
 Slow (a JVM starts). ``bash scripts/dev.sh test`` installs pyspark and Java and sets
 REQUIRE_SPARK=1, which makes a missing pyspark or Java a failure instead of a skip.
-The same aggregate over a group on an S3-compatible server comes with the object
-storage work (issue 19, "Object storage").
+The "comgra" data source (``comgra_like/query/spark.py``) is tested here on disk and in
+tests/s3/test_spark_s3.py on an S3-compatible server.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,15 +52,27 @@ def spark():
         pytest.importorskip("pyspark")
         if not _java_runs():
             pytest.skip("no Java to run Spark (bash scripts/dev.sh setup-test installs it)")
+    with pytest.MonkeyPatch.context() as mp:
+        session = start_spark(mp)
+        yield session
+        session.stop()
+
+
+def start_spark(mp: pytest.MonkeyPatch, **config: str):
+    """A local-mode session whose Python workers (the "comgra" data source's planning
+    and reading) run this interpreter, which has comgra_like: PYSPARK_PYTHON is read when
+    the session's context is made."""
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("comgra_like-test")
+    mp.setenv("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master("local[2]").appName("comgra_like-test")
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
+               .config("spark.sql.shuffle.partitions", "2"))
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +133,64 @@ def test_a_plain_glob_counts_the_merged_parts_twice(spark, group):
     merged = sum(pq.read_metadata(group / "trials" / "trial_c" / "tensors"
                                   / f"part-{n:08d}.parquet").num_rows for n in range(3))
     assert globbed == total + merged
+
+
+def comgra_largest_norms(spark, path: str) -> list[tuple]:
+    """The issue's aggregate through the "comgra" data source, as LARGEST_GRADIENT_NORM
+    per trial, rank and node."""
+    from pyspark.sql import functions as F
+
+    from comgra_like.query.spark import register
+
+    register(spark)
+    tensors = (spark.read.format("comgra").option("path", path).option("table", "tensors")
+               .option("columns", "trial_id,rank,node,recording_type,aggregation,norm").load())
+    found = (tensors.where(F.col("recording_type").startswith("gradient:")
+                           & F.col("aggregation").isin("none", "batch_abs_max"))
+             .groupBy("trial_id", "rank", "node")
+             .agg(F.max("norm").alias("max_norm"), F.count("*").alias("n"))
+             .orderBy("trial_id", "rank", "node").collect())
+    return [(r["trial_id"], int(r["rank"]), r["node"], float(r["max_norm"]), int(r["n"]))
+            for r in found]
+
+
+def test_the_comgra_data_source_reads_the_live_shards_as_duckdb(spark, group):
+    """spark.read.format("comgra"): one partition per live shard, trial_id from the
+    folder, the merged parts and the hidden file of trial_c not read."""
+    from comgra_like.query.spark import register
+
+    by_rank = LARGEST_GRADIENT_NORM.replace("trial_id, node", "trial_id, rank, node")
+    want = [(t, int(r), node, float(m), int(n))
+            for t, r, node, m, n in sql(group, by_rank).itertuples(index=False)]
+    assert comgra_largest_norms(spark, str(group)) == want
+    register(spark)
+    steps = spark.read.format("comgra").option("path", str(group)).option("table", "steps")
+    assert steps.load().count() == sql(group, "SELECT count(*) AS n FROM steps")["n"][0]
+    tensors = spark.read.format("comgra").option("path", str(group)).load()
+    assert tensors.rdd.getNumPartitions() == sum(
+        len(paths) for paths in shard_files(group, "tensors").values())
+    assert tensors.columns[0] == "trial_id" and "values" in tensors.columns
+
+
+def test_the_comgra_data_source_says_what_was_wrong(spark, group, tmp_path):
+    from comgra_like.query.spark import register
+
+    register(spark)
+    with pytest.raises(Exception, match="no table 'nope'|table='nope'"):
+        spark.read.format("comgra").option("path", str(group)).option("table", "nope").load()
+    with pytest.raises(Exception, match="no column nope in tensors"):
+        spark.read.format("comgra").option("path", str(group)).option("columns", "nope").load()
+    with pytest.raises(Exception, match="not a group folder"):
+        spark.read.format("comgra").option("path", str(tmp_path / "missing")).load()
+
+
+def test_without_pyspark_the_module_names_the_extra():
+    code = ("import sys; sys.modules['pyspark'] = None\n"
+            "from comgra_like.errors import ConfigurationError\n"
+            "try:\n"
+            "    import comgra_like.query.spark\n"
+            "except ConfigurationError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "pip install comgra-like[spark]" in out
