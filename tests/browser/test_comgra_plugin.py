@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from app.comgra_release import record_tutorial, write_plugin
-from comgra_like.app import create_app, ids
+from comgra_like.app import ids
 from selenium.webdriver.common.keys import Keys
-from test_gui import GRAPH, click_node, css, header_item, wait_for_header
+from test_gui import click_node, css, header_item, wait_for_header
 
 from comgra_like.query import open_group
+from tests.browser.helpers import start_app
 
 pytestmark = pytest.mark.browser
 
@@ -23,9 +24,7 @@ PLOT = "#custom_visualization .js-plotly-plot"
 def test_comgras_example_plugin_renders_the_partial_sums(dash_duo, tmp_path):
     group_path = record_tutorial(tmp_path)
     plugin = write_plugin(tmp_path)
-    app = create_app(group_path, refresh_seconds=0.5, visualization_file=plugin)
-    dash_duo.start_server(app)
-    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    start_app(dash_duo, group_path, visualization_file=plugin)
     wait_for_header(dash_duo, "trial", TRIAL)
 
     # step 3 has 4 iterations; the helper node is on the last one

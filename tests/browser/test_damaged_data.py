@@ -3,28 +3,19 @@ and 11), on data written by the real recorder."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from app.damaged_data import corrupt_data_pages, damaged_copy
-from comgra_like.app import create_app, ids
+from comgra_like.app import ids
 from test_gui import GRAPH, css, stats_text, text_of, wait_for_change, wait_for_header
+
+from tests.browser.helpers import start_app, wait_until
 
 pytestmark = pytest.mark.browser
 
 LINK = '<a href="https://evil.example/phish">click me</a>'
 BOLD_NODE = "<b>bold input</b>"
-
-
-def wait_for(condition, what: str, timeout: float = 10):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def banner_items(dash_duo) -> list[str]:
@@ -38,8 +29,7 @@ def test_damaged_files_in_the_first_trial_are_named_and_every_other_step_shows(
     dash_duo, tmp_path, tiny_group
 ):
     damaged = damaged_copy(tiny_group, tmp_path)
-    dash_duo.start_server(create_app(damaged["group"], refresh_seconds=0.5))
-    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    start_app(dash_duo, damaged["group"])
     # step 0's values and iteration 0's graph are damaged: the first readable ones show
     wait_for_header(dash_duo, "trial", "trial_a")
     wait_for_header(dash_duo, "step", "1")
@@ -124,14 +114,13 @@ def record_hostile_names(root: Path) -> Path:
 def test_names_with_markup_show_as_text_in_graphs_and_labels(dash_duo, tmp_path):
     pytest.importorskip("torch")
     group = record_hostile_names(tmp_path)
-    dash_duo.start_server(create_app(group, refresh_seconds=0.5))
-    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    start_app(dash_duo, group)
     # node labels of the dependency graph: the tags are text, nothing is bold
-    labels = wait_for(
+    labels = wait_until(
         lambda: dash_duo.driver.execute_script(
             "return [...document.querySelectorAll(arguments[0] + ' .textpoint')]"
             ".map(e => e.textContent);", GRAPH),
-        "node labels",
+        what="node labels",
     )
     assert BOLD_NODE in labels, labels
     bold = dash_duo.driver.execute_script(
@@ -140,11 +129,11 @@ def test_names_with_markup_show_as_text_in_graphs_and_labels(dash_duo, tmp_path)
     assert bold == 0
 
     dash_duo.find_element("#nav-graphs").click()
-    legend = wait_for(
+    legend = wait_until(
         lambda: dash_duo.driver.execute_script(
             "return [...document.querySelectorAll(arguments[0] + ' .legendtext')]"
             ".map(e => e.textContent);", f"#{ids.KPI_GRAPHS}"),
-        "the KPI legend",
+        what="the KPI legend",
     )
     assert legend == [f"{LINK} (main_execution_type)", "plain (main_execution_type)"]
     assert text_of(dash_duo, f"#{ids.KPI_GRAPHS} .gtitle") == "<b>kpis</b>"

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from comgra_like.app import create_app, ids, views
+from comgra_like.app import ids, views
 from comgra_like.app.graph_figure import NON_FINITE_COLOR, node_style
 from comgra_like.app.pages import findings, tensors
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.action_chains import ActionChains
 
+from tests.browser.helpers import start_app, wait_until
 from tests.browser.test_gui import GRAPH, css, header_item, text_of, wait_for_header
 
 pytestmark = pytest.mark.browser
@@ -32,16 +33,6 @@ def faulty(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("findings_browser")
     loops.log_of_zero(root, group="faulty")
     return loops.dying_relu(root, group="faulty")
-
-
-def wait_until(condition, timeout: float = 15, what: str = "condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def click_row(dash_duo, selector: str) -> None:
@@ -58,13 +49,6 @@ def click_row(dash_duo, selector: str) -> None:
     wait_until(attempt, what=f"a click on {selector}")
 
 
-def start(dash_duo, path: Path):
-    app = create_app(path, refresh_seconds=0.5)
-    dash_duo.start_server(app)
-    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
-    return app
-
-
 def row_cells(dash_duo, kind: str) -> list[str]:
     return dash_duo.driver.execute_script(
         "const r = document.querySelector(`.finding-row[data-kind='${arguments[0]}']`);"
@@ -74,7 +58,7 @@ def row_cells(dash_duo, kind: str) -> list[str]:
 
 
 def test_findings_page_lists_the_faults_and_a_click_opens_the_place(dash_duo, faulty):
-    start(dash_duo, faulty)
+    start_app(dash_duo, faulty)
     dash_duo.find_element("#nav-findings").click()
     dash_duo.wait_for_element(".finding-row[data-kind='first_non_finite']", timeout=30)
     nan = row_cells(dash_duo, "first_non_finite")
@@ -116,7 +100,7 @@ def test_findings_page_follows_new_data(dash_duo, tmp_path):
     from tests.analysis import loops
 
     loops.dying_relu(tmp_path, group="live", kill_at=None)  # a healthy trial
-    start(dash_duo, tmp_path / "live")
+    start_app(dash_duo, tmp_path / "live")
     dash_duo.find_element("#nav-findings").click()
     dash_duo.wait_for_contains_text(f"#{findings.SUMMARY}", "in 1 trial", timeout=30)
     assert row_cells(dash_duo, "first_non_finite") is None
@@ -166,7 +150,7 @@ def move_slider_to(dash_duo, index: int, last: int) -> None:
 
 
 def test_painted_graph_changes_colour_when_the_step_changes(dash_duo, faulty):
-    app = start(dash_duo, faulty)
+    app = start_app(dash_duo, faulty)
     dash_duo.select_dcc_dropdown(css(ids.selector("trial")), value="log_of_zero")
     wait_for_header(dash_duo, "trial", "log_of_zero")
     wait_for_header(dash_duo, "step", "0")

@@ -9,32 +9,20 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from comgra_like.app import create_app
 from comgra_like.app.pages import flow as page
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 
 from comgra_like.query import open_group
-from tests.browser.test_gui import GRAPH
+from tests.browser.helpers import start_app, wait_until
 
 pytestmark = pytest.mark.browser
 
 CHILD = Path(__file__).parents[1] / "flow" / "probe_child.py"
-
-
-def wait_until(condition, timeout: float = 20, what: str = "condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def links(dash_duo, graph: str = page.SANKEY) -> int | None:
@@ -129,9 +117,7 @@ def click_button(dash_duo, component_id: str) -> None:
 
 
 def open_flow_page(dash_duo, group_dir: Path):
-    app = create_app(group_dir, refresh_seconds=0.5)
-    dash_duo.start_server(app)
-    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=30)
+    app = start_app(dash_duo, group_dir, timeout=30)
     dash_duo.find_element("#nav-flow").click()
     wait_until(lambda: links(dash_duo), 30, "the Sankey's links")
     return app

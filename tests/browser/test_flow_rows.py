@@ -16,14 +16,8 @@ from comgra_like.app.pages import flow as page
 
 from comgra_like.format import flow_requests as fr
 from comgra_like.query import open_group
-from tests.browser.test_flow import (
-    click_button,
-    click_cell,
-    links,
-    open_flow_page,
-    trace_names,
-    wait_until,
-)
+from tests.browser.helpers import wait_until
+from tests.browser.test_flow import click_button, click_cell, links, open_flow_page, trace_names
 
 pytestmark = pytest.mark.browser
 

@@ -10,17 +10,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from comgra_like.app import create_app, ids
+from comgra_like.app import ids
+
+from tests.browser.helpers import start_app, wait_until
+from tests.browser.test_gui import css
 
 pytestmark = pytest.mark.browser
 
 EXAMPLE_RUN = Path(__file__).resolve().parents[2] / "example_runs" / "tutorial"
 TUTORIAL_TRIAL = "trial_bugged_original_version"
 BATCHES = 30
-
-
-def css(component_id) -> str:
-    return f"[id='{ids.dom_id(component_id)}']"
 
 
 def record_batch_script(root: Path, group: str, trial_id: str) -> None:
@@ -106,8 +105,7 @@ def test_graph_labels_are_distinct_and_kpis_with_few_points_are_visible(dash_duo
 
     # the page's design size (the graph's labels are fitted to it), as the screenshots
     set_viewport(dash_duo.driver, 1280, 800)
-    dash_duo.start_server(create_app(group, refresh_seconds=0.5))
-    dash_duo.wait_for_element(f"#{ids.GRAPH_CONTAINER} .scatterlayer .point", timeout=20)
+    start_app(dash_duo, group)
     dash_duo.select_dcc_dropdown(css(ids.selector("trial")), value=TUTORIAL_TRIAL)
     dash_duo.wait_for_element(f"#{ids.GRAPH_CONTAINER} .scatterlayer .textpoint", timeout=20)
 
@@ -116,7 +114,7 @@ def test_graph_labels_are_distinct_and_kpis_with_few_points_are_visible(dash_duo
         found = dash_duo.driver.execute_script(_GRAPH_LABELS, ids.GRAPH_CONTAINER)
         return found if found and len(found["boxes"]) == len(found["labels"]) > 10 else None
 
-    found = _poll(graph_ready)
+    found = wait_until(graph_ready, what="the graph's labels")
     labels, boxes = found["labels"], found["boxes"]
     assert len(set(labels.values())) == len(labels)
     shown = {" ".join(box["text"]) for box in boxes}
@@ -141,7 +139,7 @@ def test_graph_labels_are_distinct_and_kpis_with_few_points_are_visible(dash_duo
         charts = dash_duo.driver.execute_script(_KPI_CHARTS, ids.KPI_GRAPHS)
         return charts if len(charts) == 2 else None
 
-    charts = _poll(charts_ready)
+    charts = wait_until(charts_ready, what="both KPI charts")
     final_title, loss_title = sorted(charts)
     final, loss = charts[final_title], charts[loss_title]
     # one point: a marker, drawn
@@ -158,15 +156,3 @@ def set_viewport(driver, width: int, height: int) -> None:
     driver.set_window_size(width, height)
     inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
     driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
-
-
-def _poll(get, timeout: float = 20):
-    import time
-
-    end = time.time() + timeout
-    while time.time() < end:
-        value = get()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{get.__name__} did not become ready in {timeout} s")
