@@ -64,9 +64,10 @@ def test_damaged_files_in_the_first_trial_are_named_and_every_other_step_shows(
     # the rest of the trial: another node, the series across steps
     dash_duo.select_dcc_dropdown(css(ids.selector("node")), value="memory")
     wait_for_header(dash_duo, "node", "memory")
+    # _fullData: the figure may send its steps as a typed array, which only plotly decodes
     series_steps = dash_duo.driver.execute_script(
         "const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');"
-        "return gd.data.flatMap(t => t.x);",
+        "return gd._fullData.flatMap(t => Array.from(t.x));",
         css(ids.series_graph()),
     )
     assert sorted(series_steps) == [1, 4, 5, 8, 10]
