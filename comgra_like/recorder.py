@@ -142,6 +142,8 @@ class ComgraRecorder:
         self.trial_id = trial_id
         self.group_path = Path(comgra_root_path) / group
         self.trial_path = TrialLayout.of(self.group_path, trial_id).root
+        if is_object_store(self.trial_path):  # here, not in the writer after training began
+            files_for(self.trial_path).require_bucket(self.trial_path)
         if where.distributed:
             lock = _prepare_rank_files(self.trial_path, self.rank, lead, self.recording_ranks)
         else:

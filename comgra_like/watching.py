@@ -13,6 +13,7 @@ The driver is ``comgra_like/record/hooks.py``.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 
 import torch
 
-from .errors import CallOrderError, ConfigurationError
+from .errors import CallOrderError, ConfigurationError, StorageError
+from .format.files import files_for, is_object_store, s3_endpoint
 from .format.schema import TRIAL_ID_PATTERN
 from .metrics.collect import Collector
 from .metrics.config import resolve_config
@@ -52,6 +54,11 @@ class WatchHandle:
     def group_path(self) -> Path:
         """The group folder (``comgra --path`` opens it)."""
         return self.recorder.group_path
+
+    @property
+    def location(self) -> str:
+        """The group as ``comgra --path`` takes it: a folder, or its ``s3://`` URI."""
+        return files_for(self.group_path).display(self.group_path)
 
     @property
     def trial_id(self) -> str:
@@ -118,7 +125,7 @@ class WatchHandle:
     def __repr__(self) -> str:
         state = "watching" if self.watching else "stopped"
         return (f"WatchHandle({type(self.module).__name__}, {state}, group "
-                f"{str(self.group_path)!r}, trial {self.trial_id!r})")
+                f"{self.location!r}, trial {self.trial_id!r})")
 
 
 def watch(
@@ -134,7 +141,7 @@ def watch(
         "step", lambda module, step: step),
     delay_log_multi_backward: bool = False,
     backend: str = DEFAULT_BACKEND,
-    standalone_dir: str = "./torchexplorer_standalone",
+    standalone_dir: str | os.PathLike = "./torchexplorer_standalone",
     standalone_port: int = 8080,
     verbose: bool = True,
     *,
@@ -153,9 +160,13 @@ def watch(
     ``backend``: ``'standalone'`` (the default: a recording under ``standalone_dir`` that
     ``comgra --path <standalone_dir> --port <standalone_port>`` opens; no account or
     server needed while training) or ``'none'`` (the module graph and the watch report
-    only). ``recorder``: an existing ``ComgraRecorder``; the watched modules are then
-    recorded into its trial on the steps it records (inside its iterations), next to
-    the tensors registered by hand, and its loop decides steps and gradients.
+    only). ``standalone_dir`` may be an ``s3://bucket/prefix`` location, with the
+    recorder's settings (the AWS_* environment variables; ``AWS_ENDPOINT_URL`` for an
+    S3-compatible server); a bucket that is missing or cannot be reached is a
+    StorageError here, before any hook is in place. ``recorder``: an existing
+    ``ComgraRecorder``; the watched modules are then recorded into its trial on the
+    steps it records (inside its iterations), next to the tensors registered by hand,
+    and its loop decides steps and gradients.
 
     Keyword-only extras: ``name`` of the root module (default ``model``, or the name
     the recorder tracks it under); ``trial_id`` of the own trial (default
@@ -256,8 +267,8 @@ def watch(
     handle = WatchHandle(watcher, recorder, own, backend, collector)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "
-               f"{recorder.group_path} (trial {recorder.trial_id}); open it with: comgra "
-               f"--path {recorder.group_path} --port {standalone_port}")
+               f"{handle.location} (trial {recorder.trial_id}); open it with: "
+               f"{_open_command(handle.location, standalone_port)}")
         if verbose:
             _log.warning(msg)
         else:
@@ -298,21 +309,54 @@ def _check_name(root: str) -> None:
             f"name={root!r}: the root module's name must be non-empty, without '.' or '#'")
 
 
-def _own_recorder(standalone_dir: str, trial_id: str | None, backend: str):
+def _standalone_location(standalone_dir: str | os.PathLike) -> tuple[str | Path, str]:
+    """(root, group) of the group folder ``standalone_dir``: a local folder, or an
+    ``s3://bucket/prefix`` location (its last part is the group), as the recorder
+    takes them."""
+    if not isinstance(standalone_dir, (str, os.PathLike)):
+        raise ConfigurationError(
+            "standalone_dir must be a folder or an s3://bucket/prefix location, got "
+            f"{type(standalone_dir).__name__}")
+    if not is_object_store(standalone_dir):
+        folder = Path(standalone_dir).expanduser().resolve()
+        return folder.parent, folder.name
+    key = files_for(standalone_dir).key(standalone_dir)  # the AWS_* settings checked here
+    bucket, _, rest = key.partition("/")
+    parent, _, group = rest.rpartition("/")
+    if not bucket or not group:
+        raise ConfigurationError(
+            f"standalone_dir={str(standalone_dir)!r} names no folder inside a bucket: the "
+            "recording is a group folder, e.g. s3://my-bucket/torchexplorer_standalone")
+    return f"s3://{bucket}/{parent}" if parent else f"s3://{bucket}", group
+
+
+def _open_command(location: str, port: int) -> str:
+    """The command that opens the recording (with the S3 server the environment names,
+    for a shell that lacks the AWS_ENDPOINT_URL this process has)."""
+    endpoint = s3_endpoint() if is_object_store(location) else None
+    flag = f" --s3-endpoint {endpoint}" if endpoint else ""
+    return f"comgra --path {location}{flag} --port {port}"
+
+
+def _own_recorder(standalone_dir: str | os.PathLike, trial_id: str | None, backend: str):
     from .recorder import ComgraRecorder
 
-    folder = Path(standalone_dir).expanduser().resolve()
+    root, group = _standalone_location(standalone_dir)
     if trial_id is None:
         trial_id = "watch-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(_start_time()))
     if not isinstance(trial_id, str) or not TRIAL_ID_PATTERN.match(trial_id):
         raise ConfigurationError(
             f"trial_id {trial_id!r} is not a valid trial id: letters, digits, '.', '_' and "
             "'-', not starting with '.'")
-    return ComgraRecorder(
-        folder.parent, folder.name, trial_id,
-        DecisionMakerForRecordingsFrequencyPerType(1),
-        max_num_batch_size_to_record=0,
-        calculate_svd_and_other_expensive_operations_of_parameters=False)
+    try:
+        return ComgraRecorder(
+            root, group, trial_id,
+            DecisionMakerForRecordingsFrequencyPerType(1),
+            max_num_batch_size_to_record=0,
+            calculate_svd_and_other_expensive_operations_of_parameters=False)
+    except StorageError as e:  # before any hook is in place: training is untouched
+        raise StorageError(f"watch(standalone_dir={str(standalone_dir)!r}) cannot record "
+                           f"there: {e}") from None
 
 
 def _start_time() -> float:

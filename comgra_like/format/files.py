@@ -280,6 +280,25 @@ class ObjectFiles(Files):
     def _info(self, path: Path) -> pafs.FileInfo:
         return self.fs.get_file_info(self.key(path))
 
+    def require_bucket(self, path: Path) -> None:
+        """A StorageError that says what to fix unless the bucket of ``path`` exists and
+        can be reached: a listing of a missing bucket is empty and an upload to it fails
+        only in the writer process, once training has started."""
+        bucket = self.key(path).split("/", 1)[0]
+        try:
+            info = self.fs.get_file_info(bucket)
+        except (OSError, pa.ArrowException) as e:
+            raise StorageError(
+                f"cannot reach {self.scheme}://{bucket} to record {self.display(path)} "
+                f"({' '.join(str(e).split())}); check the AWS_* environment variables "
+                "(credentials, AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server)"
+            ) from None
+        if info.type == pafs.FileType.NotFound:
+            raise StorageError(
+                f"the bucket {bucket!r} of {self.display(path)} does not exist on "
+                f"{_endpoint_name()}: create it first (e.g. `aws s3 mb "
+                f"{self.scheme}://{bucket}`) or fix the bucket's name")
+
     # ----- reading ----------------------------------------------------------------------
 
     def list(self, folder: Path) -> list[str]:
@@ -418,6 +437,20 @@ def s3_options() -> dict[str, Any]:
     if region:
         options["region"] = region
     return options
+
+
+def s3_endpoint() -> str | None:
+    """The S3-compatible server's URL the environment names (``http://host:port``),
+    None for AWS itself: what ``comgra --s3-endpoint`` takes."""
+    options = s3_options()
+    if "endpoint_override" not in options:
+        return None
+    return f"{options['scheme']}://{options['endpoint_override']}"
+
+
+def _endpoint_name() -> str:
+    endpoint = s3_endpoint()
+    return "AWS S3" if endpoint is None else f"the S3 server {endpoint}"
 
 
 # How this project talks to S3, beside what the environment says: a small object is one
