@@ -18,8 +18,8 @@ from comgra_like.probe import serve, submit_input
 from comgra_like.query import open_group
 from comgra_like.record.flow import FlowChain
 
+from .conv_net import INPUT_SHAPE, base_input, build_model, forward
 from .helpers import record_trial
-from .probe_child import INPUT_SHAPE, base_input, build_model, forward
 
 CHILD = Path(__file__).with_name("probe_child.py")
 

@@ -20,8 +20,8 @@ from comgra_like.probe import request_rows, serve, submit_input
 from comgra_like.query import open_group
 from comgra_like.record.flow import FlowChain, write_flows
 
+from .conv_net import base_input, build_model
 from .helpers import record_trial
-from .probe_child import base_input, build_model
 from .test_probe_loop import wait_for
 
 CHILD = Path(__file__).with_name("row_child.py")

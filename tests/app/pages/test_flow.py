@@ -140,7 +140,7 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
     import torch
 
     from comgra_like.record.flow import FlowChain, write_flows
-    from tests.flow.probe_child import build_model, forward
+    from tests.flow.conv_net import build_model, forward
 
     pages = Pages(create_app(group_dir, prefetch=False))
     chain = lists(pages, step=0, changed=(page.STEP, "value"))[(page.CHAIN, "value")]
