@@ -5,36 +5,53 @@ them again (the page is live).
 
 A recording without metrics, or a query API without these reads, gives empty frames,
 never an error: the page then says how to record metrics.
+
+``rank`` (a distributed recording): None reads the lowest rank, an int that rank,
+``SIDE_BY_SIDE`` every rank with a ``rank`` column (a line per rank on the page).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 
 from .data import AppData
 from .module_data import data_version
 
+#: The Metrics page's rank choice that reads every rank, side by side.
+SIDE_BY_SIDE = "all"
 
-def listing(data: AppData, trial: str) -> pd.DataFrame:
+
+def _rank_arguments(rank: Any) -> dict:
+    if rank == SIDE_BY_SIDE:
+        return {"ranks": SIDE_BY_SIDE}
+    return {"rank": int(rank)} if rank is not None else {}
+
+
+def listing(data: AppData, trial: str, rank: Any = None) -> pd.DataFrame:
     """``(module, module_class, metric, n_points)`` of every metric of a trial."""
     group = data.group
     read = getattr(group, "list_metrics", None) if group is not None else None
     if read is None or trial not in data.trial_ids():
         return pd.DataFrame()
-    key = ("metrics_listing", trial, data_version(data, trial))
+    key = ("metrics_listing", trial, data_version(data, trial), rank)
     frame = data.cached(
-        key, lambda: data._safely(f"metrics of {trial}", lambda: read(trial), None))
+        key, lambda: data._safely(f"metrics of {trial}",
+                                  lambda: read(trial, **_rank_arguments(rank)), None))
     return frame if frame is not None else pd.DataFrame()
 
 
-def rows(data: AppData, trial: str, metric: str) -> pd.DataFrame:
-    """Every row of one metric of a trial (every module, step and backward pass)."""
+def rows(data: AppData, trial: str, metric: str, rank: Any = None) -> pd.DataFrame:
+    """Every row of one metric of a trial (every module, step and backward pass) of
+    ``rank``."""
     group = data.group
     read = getattr(group, "read_metrics", None) if group is not None else None
     if read is None or trial not in data.trial_ids():
         return pd.DataFrame()
-    key = ("metrics_rows", trial, data_version(data, trial), metric)
+    key = ("metrics_rows", trial, data_version(data, trial), metric, rank)
     frame = data.cached(
         key, lambda: data._safely(f"{metric} of {trial}",
-                                  lambda: read(trial, metric=metric), None))
+                                  lambda: read(trial, metric=metric, **_rank_arguments(rank)),
+                                  None))
     return frame if frame is not None else pd.DataFrame()

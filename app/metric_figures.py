@@ -14,9 +14,17 @@ Epoch aggregates (monitorch's lenses): with a window of ``w`` steps, each run of
 ``band`` (the same definitions as the recording side: population std, a true minimum).
 The computed points stay as faint markers under the mean line.
 
-Points carry ``customdata = [trial, module, step, backward pass]`` so that a click can
-open the Tensors or Modules page at that step and module. Figures are dicts (see
-``figures.py``); names from a recording go through ``plot_text``.
+A distributed recording read with ``ranks="all"`` (a ``rank`` column) has one line per
+rank as well, side by side (a rank whose values drift is what one looks for); metrics
+are per-rank quantities and are never merged.
+
+A click opens the Tensors or Modules page at the step and module of the point: each
+trace says whose it is in its ``meta`` (``[trial, module, backward pass, rank, steps]``;
+``steps`` only for window means, the step a click on each leads to), and the page
+resolves a clicked trace and point index with :func:`point_of` from those, kept
+server-side (:func:`trace_meta`). No per-point data is sent: a long run's figure is its
+x and y. Figures are dicts (see ``figures.py``); names from a recording go through
+``plot_text``.
 """
 
 from __future__ import annotations
@@ -55,13 +63,15 @@ HOW_TO_RECORD = (
 
 @dataclass(frozen=True)
 class Series:
-    """The points of one line: one module of one trial (and one backward pass)."""
+    """The points of one line: one module of one trial (and one backward pass, and one
+    rank when the ranks are side by side; None otherwise)."""
 
     trial: str
     module: str
     backward_pass: int
     steps: np.ndarray
     values: np.ndarray
+    rank: int | None = None
 
 
 def module_colours(modules: Sequence[str]) -> dict[str, str]:
@@ -91,18 +101,22 @@ def _rows_of(frame: pd.DataFrame, metric: str,
 
 def series(frames: Mapping[str, pd.DataFrame], metric: str,
            modules: Sequence[str] | None = None) -> list[Series]:
-    """The lines of one metric: per trial (in the given order), module and backward pass,
-    the computed steps ascending with their values."""
+    """The lines of one metric: per trial (in the given order), module, backward pass and
+    rank (a frame with a ``rank`` column: the ranks side by side), the computed steps
+    ascending with their values."""
     out: list[Series] = []
     for trial, frame in frames.items():
         if frame is None or frame.empty:
             continue
         part = _rows_of(frame, metric, modules)
-        for (module, backward), rows in part.groupby(["module", "backward_pass"], sort=False):
+        ranked = "rank" in part.columns
+        by = ["module", "backward_pass"] + (["rank"] if ranked else [])
+        for key, rows in part.groupby(by, sort=False):
             rows = rows.sort_values("training_step", kind="stable")
-            out.append(Series(str(trial), str(module), int(backward),
+            out.append(Series(str(trial), str(key[0]), int(key[1]),
                               rows["training_step"].to_numpy(dtype=np.int64),
-                              rows["value"].to_numpy(dtype=np.float64)))
+                              rows["value"].to_numpy(dtype=np.float64),
+                              int(key[2]) if ranked else None))
     return out
 
 
@@ -167,6 +181,8 @@ def aggregate_windows(steps: np.ndarray, values: np.ndarray, window: int,
 
 def _trace_name(s: Series, several_trials: bool, several_passes: bool) -> str:
     name = s.module
+    if s.rank is not None:
+        name += f" · rank {s.rank}"
     if several_passes:
         name += f" · pass {s.backward_pass}"
     if several_trials:
@@ -206,22 +222,25 @@ def metric_figure(
     several_trials = len({s.trial for s in lines}) > 1
     several_passes = len({s.backward_pass for s in lines}) > 1
     passes = sorted({s.backward_pass for s in lines})
+    ranks = sorted({s.rank for s in lines if s.rank is not None})
     data: list[dict] = []
     for s in lines:
         colour = colours[s.module]
         t = trials.index(s.trial) if s.trial in trials else 0
+        # the ranks of one module side by side: its colour, a line style per rank
+        t += ranks.index(s.rank) if s.rank is not None else 0
         dash = TRIAL_DASHES[t % len(TRIAL_DASHES)]
         symbol = TRIAL_SYMBOLS[(t + passes.index(s.backward_pass)) % len(TRIAL_SYMBOLS)]
         name = plot_text(_trace_name(s, several_trials, several_passes))
-        group = f"{s.trial}|{s.module}|{s.backward_pass}"
-        custom = [[s.trial, s.module, int(x), s.backward_pass] for x in s.steps.tolist()]
+        group = f"{s.trial}|{s.module}|{s.backward_pass}|{s.rank}"
+        meta = [s.trial, s.module, s.backward_pass, s.rank, None]
         hover = (f"{name}<br>step %{{x}}<br>{plot_text(metric)} %{{y:.5g}}"
                  "<extra>click: open this step</extra>")
         if window <= 1:
             cut = breaks(s.steps)
             data.append({
                 "type": "scatter", "mode": "lines+markers", "x": _broken(s.steps, cut),
-                "y": _broken(s.values, cut), "customdata": _broken(custom, cut), "name": name, "legendgroup": group,
+                "y": _broken(s.values, cut), "meta": meta, "name": name, "legendgroup": group,
                 "line": {"color": colour, "dash": dash, "width": 1.6},
                 "marker": {"color": colour, "symbol": symbol, "size": 6},
                 "hovertemplate": hover, "connectgaps": False,
@@ -256,18 +275,18 @@ def metric_figure(
         })
         data.append({
             "type": "scatter", "mode": "markers", "x": s.steps.tolist(),
-            "y": s.values.tolist(), "customdata": custom, "name": f"{name} points", "legendgroup": group,
+            "y": s.values.tolist(), "meta": meta, "name": f"{name} points", "legendgroup": group,
             "showlegend": False, "hovertemplate": hover,
             "marker": {"color": colour, "symbol": symbol, "size": 4, "opacity": 0.35},
         })
-        window_custom = [[s.trial, s.module, int(last), s.backward_pass]
-                         for last in w.last_computed]
+        # a click on a window's mean leads to its last computed step
+        window_meta = meta[:4] + [_broken([int(x) for x in w.last_computed], cut)]
         text = [f"steps {a}–{b} · {n} computed · {how} band {lo:.4g} … {hi:.4g}"
                 for a, b, n, lo, hi in zip(w.first, w.last, w.count, w.lo, w.hi)]
         data.append({
             "type": "scatter", "mode": "lines+markers", "x": _broken(w.x, cut),
             "y": _broken(w.mean, cut), "text": _broken(text, cut),
-            "customdata": _broken(window_custom, cut), "name": name, "legendgroup": group,
+            "meta": window_meta, "name": name, "legendgroup": group,
             "line": {"color": colour, "dash": dash, "width": 2},
             "marker": {"color": colour, "symbol": symbol, "size": 7},
             "hovertemplate": f"{name}<br>%{{text}}<br>mean %{{y:.5g}}<extra></extra>",
@@ -373,14 +392,36 @@ def metric_order(listing: pd.DataFrame) -> list[str]:
     return known + sorted(names - set(known))
 
 
-def customdata_point(click: Mapping[str, Any] | None) -> dict | None:
-    """``{trial, module, training_step, backward_pass}`` of a clicked point (None when the
-    click was not on a point of a line)."""
-    points = (click or {}).get("points") or []
+def trace_meta(figure: Mapping[str, Any]) -> list:
+    """Whose each trace of a :func:`metric_figure` is, by trace index (``curveNumber``):
+    its ``meta`` (None for a band, which has no points to click)."""
+    return [trace.get("meta") if "band" not in str(trace.get("name", "")) else None
+            for trace in figure.get("data", [])]
+
+
+def point_of(event: Mapping[str, Any] | None, traces: Sequence[Any] | None) -> dict | None:
+    """``{trial, module, training_step, backward_pass, rank}`` of a clicked or hovered
+    point, from the trace index and point index of the event and the figure's
+    :func:`trace_meta`; None off the points (or for a figure since replaced)."""
+    points = (event or {}).get("points") or []
+    traces = traces or []
     for point in points:
-        custom = point.get("customdata")
-        if isinstance(custom, (list, tuple)) and len(custom) >= 3 and custom[2] is not None:
-            return {"trial": str(custom[0]), "module": str(custom[1]),
-                    "training_step": int(custom[2]),
-                    "backward_pass": int(custom[3]) if len(custom) > 3 else 0}
+        curve, index = point.get("curveNumber"), point.get("pointIndex", point.get("pointNumber"))
+        if not isinstance(curve, int) or not 0 <= curve < len(traces):
+            continue
+        meta = traces[curve]
+        if not isinstance(meta, (list, tuple)) or len(meta) < 5:
+            continue
+        steps = meta[4]
+        if steps is not None:  # a window's mean: the step a click on it leads to
+            if not isinstance(index, int) or not 0 <= index < len(steps) or steps[index] is None:
+                continue
+            step = steps[index]
+        else:
+            step = point.get("x")
+            if step is None:
+                continue
+        return {"trial": str(meta[0]), "module": str(meta[1]), "training_step": int(step),
+                "backward_pass": int(meta[2]),
+                "rank": None if meta[3] is None else int(meta[3])}
     return None

@@ -7,7 +7,12 @@ else (each metric runs on its own schedule). The trial is the one the selection 
 step, each window is a mean point with a band (std, min–max or quartiles), monitorch's
 epoch aggregation. A vector metric (a covariance spectrum) has a second figure: its
 vector at the step hovered (or clicked) on the first. A click on a point opens the
-Modules or the Tensors page at that trial, step and module.
+Modules or the Tensors page at that trial, step and module (found from the clicked
+trace and point index: the figure carries no per-point data).
+
+A distributed recording has a rank selector (hidden for one rank): one rank, or every
+rank side by side (the default), a line per rank in the module's colour, since a rank
+whose values drift is what one looks for. Metrics are not merged over ranks.
 
 Live: the figures depend on the data status and the reads are cached per data version
 of each trial (``metric_data``); a figure keeps its zoom across refreshes (uirevision).
@@ -48,6 +53,9 @@ LOG = "metrics-log"
 TARGET = "metrics-target"       # where a click leads: the Modules or the Tensors page
 CARDS = "metrics-cards"
 SHOWN = "metrics-shown"         # dcc.Store: the metrics the cards are for
+RANK = "metrics-rank"           # one rank, or every rank side by side
+RANK_BOX = "metrics-rank-box"
+SIDE_BY_SIDE_LABEL = "all ranks side by side"
 
 #: At most this many metric figures at once (the metric filter picks others).
 MAX_FIGURES = 24
@@ -55,7 +63,8 @@ FIGURE_HEIGHT = 320
 
 
 def card_id(kind: str, metric: Any) -> dict:
-    """The ids of a metric's card: kind in graph, spectrum, key."""
+    """The ids of a metric's card: kind in graph, spectrum, key, traces (whose each trace
+    of the graph is, for clicks and hovers)."""
     return {"type": f"metrics-{kind}", "metric": metric}
 
 
@@ -83,6 +92,13 @@ def layout() -> html.Div:
                     dcc.Dropdown(id=EXECUTION, options=[], value=ANY_TYPE, clearable=False,
                                  className="sel-dropdown", style={"minWidth": "9rem"},
                                  persistence=True, persistence_type="session"),
+                    html.Span(
+                        [html.Span("ranks", className="sel-label ms-3 me-2"),
+                         dcc.Dropdown(id=RANK, options=[], value=metric_data.SIDE_BY_SIDE,
+                                      clearable=False, className="sel-dropdown",
+                                      style={"minWidth": "13rem"})],
+                        id=RANK_BOX, className="d-flex align-items-center",
+                        style={"display": "none"}),
                 ],
                 className="d-flex align-items-center flex-wrap mb-1",
             ),
@@ -137,6 +153,7 @@ def card(metric: str, vector: bool) -> html.Div:
                                config={"displaylogo": False},
                                style={"flex": "2 1 360px", "minWidth": "320px"}))
     parts.append(dcc.Store(id=card_id("key", metric), storage_type="memory"))
+    parts.append(dcc.Store(id=card_id("traces", metric), storage_type="memory"))
     return html.Div(parts, className="metrics-card d-flex flex-wrap border rounded p-1 mb-2",
                     **{"data-metric": metric})
 
@@ -146,6 +163,23 @@ def trials_of(selection: Mapping | None, overlay: list | None, known: list[str])
     trial = ((selection or {}).get("current") or {}).get("trial")
     out = [trial] if trial in known else []
     return out + [t for t in (overlay or []) if t in known and t not in out]
+
+
+def rank_options(ranks: list[int]) -> list[dict]:
+    """The rank selector's options: none for one rank, else every rank side by side and
+    each rank."""
+    if len(ranks) <= 1:
+        return []
+    return [{"label": SIDE_BY_SIDE_LABEL, "value": metric_data.SIDE_BY_SIDE},
+            *({"label": f"rank {r}", "value": int(r)} for r in ranks)]
+
+
+def rank_for(rank: Any, ranks: list[int]) -> Any:
+    """What a trial is read with: the chosen rank when the trial has it (or side by side
+    when it has several ranks), else None (its only, or lowest, rank)."""
+    if rank == metric_data.SIDE_BY_SIDE:
+        return rank if len(ranks) > 1 else None
+    return rank if rank in ranks else None
 
 
 def window_of(value: Any) -> int:
@@ -172,10 +206,11 @@ def where_clicked(point: Mapping[str, Any], target: str) -> dict:
 def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     data = parts.data
 
-    def frames_of(trials: list[str], metric: str, execution: str | None) -> dict:
+    def frames_of(trials: list[str], metric: str, execution: str | None,
+                  rank: Any = None) -> dict:
         frames = {}
         for t in trials:
-            frame = metric_data.rows(data, t, metric)
+            frame = metric_data.rows(data, t, metric, rank_for(rank, data.ranks(t)))
             if execution not in (None, ANY_TYPE) and not frame.empty:
                 frame = frame[frame["type_of_execution"] == execution]
             frames[t] = frame
@@ -194,17 +229,20 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.SELECTION, "data"),
         Input(OVERLAY, "value"),
         Input(METRICS, "value"),
+        Input(RANK, "value"),
         State(EXECUTION, "value"),
         State(SHOWN, "data"),
     )
     def show_cards(_status: Any, selection: dict | None, overlay: list | None,
-                   chosen: list | None, execution: str | None, shown: Any) -> tuple:
+                   chosen: list | None, rank: Any, execution: str | None,
+                   shown: Any) -> tuple:
         started = time.perf_counter()
         known = data.trial_ids()
         trials = trials_of(selection, overlay, known)
         main = trials[0] if trials else None
         overlay_options = [{"label": t, "value": t} for t in known if t != main]
-        listings = {t: metric_data.listing(data, t) for t in trials}
+        listings = {t: metric_data.listing(data, t, rank_for(rank, data.ranks(t)))
+                    for t in trials}
         reason = mfig.empty_reason(trials, listings)
         if reason is not None:
             cards = [html.Div(reason, className="alert alert-secondary metrics-empty")]
@@ -227,8 +265,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             execution = ANY_TYPE
         wanted = [m for m in (chosen or []) if m in names] or names
         drawn = wanted[:MAX_FIGURES]
-        vectors = {m: mfig.is_vector(metric_data.rows(data, main, m) if main else None, m)
-                   for m in drawn}
+        vectors = {m: mfig.is_vector(metric_data.rows(
+            data, main, m, rank_for(rank, data.ranks(main))) if main else None, m)
+            for m in drawn}
         key = [[m, vectors[m]] for m in drawn]
         info = (f"{len(names)} metric{'s' if len(names) != 1 else ''} of "
                 f"{len(modules)} module{'s' if len(modules) != 1 else ''}, {points} points"
@@ -243,8 +282,28 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 key)
 
     @app.callback(
+        Output(RANK, "options"),
+        Output(RANK, "value"),
+        Output(RANK_BOX, "style"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        State(RANK, "value"),
+        State(RANK, "options"),
+    )
+    def rank_choices(selection: dict | None, _status: Any, value: Any,
+                     shown: list | None) -> tuple:
+        trial = ((selection or {}).get("current") or {}).get("trial")
+        options = rank_options(data.ranks(trial) if trial in data.trial_ids() else [])
+        values = [o["value"] for o in options]
+        chosen = value if value in values else metric_data.SIDE_BY_SIDE
+        style = {"display": "flex" if options else "none"}
+        return (options if options != (shown or []) else no_update,
+                chosen if chosen != value else no_update, style)
+
+    @app.callback(
         Output(card_id("graph", MATCH), "figure"),
         Output(card_id("key", MATCH), "data"),
+        Output(card_id("traces", MATCH), "data"),
         Input(OVERLAY, "value"),
         Input(MODULES, "value"),
         Input(EXECUTION, "value"),
@@ -253,29 +312,30 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(LOG, "value"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SELECTION, "data"),
+        Input(RANK, "value"),
         State(MODULES, "options"),
         State(card_id("key", MATCH), "data"),
     )
     def show_metric(overlay: list | None, modules: list | None, execution: str | None,
                     window: Any, how: str | None, log: list | None, _status: Any,
-                    selection: dict | None, module_options: list | None,
+                    selection: dict | None, rank: Any, module_options: list | None,
                     shown: Any) -> tuple:
         metric = dash.callback_context.outputs_list[0]["id"]["metric"]
         started = time.perf_counter()
         trials = trials_of(selection, overlay, data.trial_ids())
         window = window_of(window)
         key = [[[t, *metric_data.data_version(data, t)] for t in trials], modules,
-               execution, window, how, log]
+               execution, window, how, log, rank]
         if key == shown:
-            return no_update, no_update
-        frames = frames_of(trials, metric, execution)
+            return no_update, no_update, no_update
+        frames = frames_of(trials, metric, execution, rank)
         colours = mfig.module_colours([o["value"] for o in module_options or []])
         figure = mfig.metric_figure(
             frames, metric, modules=modules or None, colours=colours, window=window,
             how=how if how in mfig.BAND_CHOICES else "std", log_y="log" in (log or []),
             height=FIGURE_HEIGHT)
         parts.timings.record("metrics.figure", time.perf_counter() - started)
-        return figure, key
+        return figure, key, mfig.trace_meta(figure)
 
     @app.callback(
         Output(card_id("spectrum", MATCH), "figure"),
@@ -285,17 +345,26 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(EXECUTION, "value"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SELECTION, "data"),
+        Input(RANK, "value"),
         State(MODULES, "options"),
+        State(card_id("traces", MATCH), "data"),
     )
     def show_spectrum(hover: dict | None, overlay: list | None, modules: list | None,
                       execution: str | None, _status: Any, selection: dict | None,
-                      module_options: list | None) -> Any:
+                      rank: Any, module_options: list | None, traces: list | None) -> Any:
         metric = dash.callback_context.outputs_list["id"]["metric"]
         trials = trials_of(selection, overlay, data.trial_ids())
-        point = mfig.customdata_point(hover)
+        point = mfig.point_of(hover, traces)
         colours = mfig.module_colours([o["value"] for o in module_options or []])
+        frames = frames_of(trials, metric, execution, rank)
+        for t, frame in frames.items():
+            # one rank's vectors: the hovered line's, else the lowest rank's
+            if "rank" in frame.columns and not frame.empty:
+                shown = point["rank"] if point and point["rank"] is not None else None
+                frames[t] = frame[frame["rank"] == (shown if shown is not None
+                                                    else frame["rank"].min())]
         return mfig.spectrum_figure(
-            frames_of(trials, metric, execution), metric,
+            frames, metric,
             point["training_step"] if point else None, modules=modules or None,
             colours=colours, height=FIGURE_HEIGHT)
 
@@ -303,17 +372,24 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(ids.SELECTION, "data", allow_duplicate=True),
         Output(ids.URL, "pathname", allow_duplicate=True),
         Input(card_id("graph", ALL), "clickData"),
-        State(TARGET, "value"),
+        State(card_id("traces", ALL), "data"),
+        # optional: leaving the page removes the cards (which fires this) and the radio
+        State(TARGET, "value", allow_optional=True),
         State(ids.SELECTION, "data"),
         prevent_initial_call=True,
     )
-    def open_point(clicks: list, target: str | None, selection: dict | None) -> tuple:
+    def open_point(clicks: list, traces: list, target: str | None,
+                   selection: dict | None) -> tuple:
         ctx = dash.callback_context
         trigger = ctx.triggered_id
         if not isinstance(trigger, Mapping):
             return no_update, no_update
-        click = next((t.get("value") for t in ctx.triggered if t.get("value")), None)
-        point = mfig.customdata_point(click)
+        graphs = [i["id"] for i in ctx.inputs_list[0]]
+        stores = [i["id"]["metric"] for i in ctx.states_list[0]]
+        metric = trigger.get("metric")
+        if metric not in stores or trigger not in graphs:
+            return no_update, no_update
+        point = mfig.point_of(clicks[graphs.index(trigger)], traces[stores.index(metric)])
         if point is None:
             return no_update, no_update  # a figure that appears, or a click off the points
         target = target if target in (MODULES_PATH, TENSORS_PATH) else MODULES_PATH

@@ -51,8 +51,14 @@ def test_a_line_per_module_with_markers_on_the_computed_steps_only():
     # a module filter
     only = lines(mfig.metric_figure({"trial_a": frame}, "WeightNorm", modules=["model.fc2"]))
     assert [t["name"] for t in only] == ["model.fc2"]
-    # every point says where a click leads
-    assert drawn[0]["customdata"][3] == ["trial_a", "model.fc1", 15, 0]
+    # a trace says whose it is; no per-point data (a long run's figure stays x and y)
+    assert drawn[0]["meta"] == ["trial_a", "model.fc1", 0, None, None]
+    assert not any("customdata" in t for t in figure["data"])
+    click = {"points": [{"curveNumber": 0, "pointNumber": 3, "pointIndex": 3, "x": 15,
+                         "y": 3.0}]}
+    assert mfig.point_of(click, mfig.trace_meta(figure)) == {
+        "trial": "trial_a", "module": "model.fc1", "training_step": 15, "backward_pass": 0,
+        "rank": None}
     pio.from_json(json.dumps(figure))
 
 
@@ -61,7 +67,7 @@ def test_a_hole_in_the_schedule_breaks_the_line_instead_of_bridging_it():
     figure = mfig.metric_figure({"t": rows("WeightNorm", "m", steps, range(7))}, "WeightNorm")
     line = lines(figure)[0]
     assert line["x"] == [0, 5, 10, 15, None, 60, 65, 70]
-    assert line["y"][4] is None and line["customdata"][4] is None
+    assert line["y"][4] is None
     assert line["connectgaps"] is False
     assert list(mfig.breaks(np.asarray(steps))) == [4]
     # a regular schedule is one unbroken line
@@ -76,7 +82,7 @@ def test_trials_are_overlaid_with_their_own_line_style_and_named():
     assert [t["name"] for t in drawn] == ["m · trial_a", "m · trial_b"]
     assert drawn[0]["line"]["color"] == drawn[1]["line"]["color"]  # the same module
     assert drawn[0]["line"]["dash"] != drawn[1]["line"]["dash"]
-    assert drawn[1]["x"] == [0, 2, 4] and drawn[1]["customdata"][1][0] == "trial_b"
+    assert drawn[1]["x"] == [0, 2, 4] and drawn[1]["meta"][0] == "trial_b"
 
 
 def test_per_backward_pass_metrics_are_one_line_per_pass():
@@ -84,7 +90,7 @@ def test_per_backward_pass_metrics_are_one_line_per_pass():
                        rows("OutputGradRMS", "m", [0, 1], [5.0, 6.0], backward_pass=1)])
     drawn = lines(mfig.metric_figure({"t": frame}, "OutputGradRMS"))
     assert [t["name"] for t in drawn] == ["m · pass 0", "m · pass 1"]
-    assert drawn[1]["y"] == [5.0, 6.0] and drawn[1]["customdata"][0][3] == 1
+    assert drawn[1]["y"] == [5.0, 6.0] and drawn[1]["meta"][2] == 1
 
 
 @pytest.mark.parametrize("how", ["std", "min-max", "q1-q3"])
@@ -109,7 +115,10 @@ def test_epoch_bands_are_the_mean_and_band_of_each_window(how):
         # the outline: upper edge forwards, lower edge backwards
         assert fill["y"][k] == pytest.approx(expected[1])
         assert fill["y"][7 - k] == pytest.approx(expected[0])
-        assert mean["customdata"][k][2] == k * 10 + 9  # a click opens its last step
+        # a click on a window's mean opens its last computed step
+        curve = figure["data"].index(mean)
+        click = {"points": [{"curveNumber": curve, "pointIndex": k, "x": mean["x"][k]}]}
+        assert mfig.point_of(click, mfig.trace_meta(figure))["training_step"] == k * 10 + 9
     assert mean["x"][0] == pytest.approx(4.5)
     assert "mean per 10 steps" in figure["layout"]["title"]["text"]
 
@@ -152,12 +161,42 @@ def test_a_spectrum_at_the_chosen_step_or_the_latest_before_it():
     pio.from_json(json.dumps(figure))
 
 
+def test_ranks_side_by_side_are_a_line_each_in_the_modules_colour():
+    a = rows("OutputNorm", "m", [0, 1, 2], [1.0, 1.1, 1.2]).assign(rank=0)
+    b = rows("OutputNorm", "m", [0, 1, 2], [1.0, 1.5, 2.5]).assign(rank=1)
+    figure = mfig.metric_figure({"t": pd.concat([a, b])}, "OutputNorm")
+    drawn = lines(figure)
+    assert [t["name"] for t in drawn] == ["m · rank 0", "m · rank 1"]
+    assert drawn[1]["y"] == [1.0, 1.5, 2.5]
+    assert drawn[0]["line"]["color"] == drawn[1]["line"]["color"]
+    assert drawn[0]["line"]["dash"] != drawn[1]["line"]["dash"]
+    click = {"points": [{"curveNumber": 1, "pointIndex": 2, "x": 2, "y": 2.5}]}
+    assert mfig.point_of(click, mfig.trace_meta(figure))["rank"] == 1
+
+
+def test_the_figure_of_a_long_series_carries_no_per_point_data():
+    steps = np.arange(0, 50_000, 5)
+    frame = pd.concat([rows("OutputNorm", m, steps, np.sin(steps / 100.0))
+                       for m in ("a", "b")])
+    figure = mfig.metric_figure({"t": frame}, "OutputNorm")
+    size = len(json.dumps(figure))
+    # x and y of 2 x 10,000 points: ~20 bytes a point; a per-point click payload of
+    # [trial, module, step, pass] (as before) added ~25 more
+    assert size < 2 * len(steps) * 30, size
+
+
 def test_a_click_names_trial_module_and_step_and_the_empty_state_says_how():
-    click = {"points": [{"x": 15, "y": 1.0, "customdata": ["trial_a", "model.fc1", 15, 0]}]}
-    assert mfig.customdata_point(click) == {"trial": "trial_a", "module": "model.fc1",
-                                            "training_step": 15, "backward_pass": 0}
-    assert mfig.customdata_point({"points": [{"x": 1, "y": 2}]}) is None
-    assert mfig.customdata_point(None) is None
+    traces = [["trial_a", "model.fc1", 0, None, None], None]
+    click = {"points": [{"curveNumber": 0, "pointIndex": 2, "x": 15, "y": 1.0}]}
+    assert mfig.point_of(click, traces) == {"trial": "trial_a", "module": "model.fc1",
+                                            "training_step": 15, "backward_pass": 0,
+                                            "rank": None}
+    # a band (no meta), a trace index the figure no longer has, no event
+    assert mfig.point_of({"points": [{"curveNumber": 1, "pointIndex": 0, "x": 1}]},
+                         traces) is None
+    assert mfig.point_of({"points": [{"curveNumber": 5, "pointIndex": 0, "x": 1}]},
+                         traces) is None
+    assert mfig.point_of(None, traces) is None
     reason = mfig.empty_reason(["trial_a"], {"trial_a": pd.DataFrame()})
     assert "No metrics recorded in trial_a" in reason and "watch(model, metrics=" in reason
     assert mfig.empty_reason([], {}) == "No trial selected."

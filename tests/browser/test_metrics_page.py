@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from comgra_like.app import create_app
+from comgra_like.app import create_app, ids
 from comgra_like.app.pages import metrics as page
+from comgra_like.app.pages import notes as notes_page
 from selenium.webdriver.common.action_chains import ActionChains
 
 from comgra_like.format.layout import METRICS, TrialLayout
@@ -259,7 +260,7 @@ def _main_trial(dash_duo) -> str:
     return dash_duo.driver.execute_script(
         """const c = document.querySelector('.metrics-card[data-metric="WeightNorm"]');
            const gd = c && c.querySelector('.js-plotly-plot');
-           return gd && gd.data && gd.data[0].customdata ? gd.data[0].customdata[0][0] : '';""")
+           return gd && gd.data && gd.data[0].meta ? gd.data[0].meta[0] : '';""")
 
 
 def test_a_recording_without_metrics_says_how_to_record_them(dash_duo, tmp_path):
@@ -281,3 +282,71 @@ def test_a_recording_without_metrics_says_how_to_record_them(dash_duo, tmp_path)
                               timeout=20)
     assert not dash_duo.find_elements(".metrics-empty")
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory) -> tuple[Path, str]:
+    """A real 2-rank gloo job under watch(ddp_model, metrics=...)
+    (tests/distributed/watch_child.py): each rank's metrics and a note of each rank."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    from tests.distributed.test_ddp import free_port
+    from tests.distributed.test_ranks_watch import CHILD
+
+    root = tmp_path_factory.mktemp("ranked")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(CHILD), str(root), str(r), "2", port],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err.decode()
+    return root / "g", (root / "raw" / "trial-0.txt").read_text()
+
+
+def test_the_rank_selector_shows_each_ranks_metrics_and_notes(dash_duo, ranked):
+    group, trial = ranked
+    g = open_group(group)
+    module = "model.module.first"
+    values = {r: g.read_metrics(trial, module=module, metric="InputSndNorm", rank=r)
+              for r in (0, 1)}
+    assert values[0]["value"].tolist() != pytest.approx(values[1]["value"].tolist())
+    app = create_app(group, refresh_seconds=0.5)
+    dash_duo.start_server(app)
+    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    dash_duo.find_element("#nav-metrics").click()
+    dash_duo.wait_for_element(".metrics-card", timeout=30)
+
+    def line(name: str) -> list | None:
+        found = [t for t in traces(dash_duo, "InputSndNorm") if t["name"] == name]
+        return found[0]["y"] if found else None
+
+    # the default: every rank side by side, a line per rank
+    for r in (0, 1):
+        y = wait_until(lambda r=r: line(f"{module} · rank {r}"), what=f"rank {r}'s line")
+        assert y == pytest.approx(values[r]["value"].tolist())
+    assert dash_duo.find_element(f"#{page.RANK_BOX}").is_displayed()
+    # one rank at a time: that rank's numbers, then the other's
+    for r in (1, 0):
+        dash_duo.select_dcc_dropdown(f"#{page.RANK}", value=f"rank {r}")
+        wait_until(lambda: line(f"{module} · rank 0") is None and line(module),
+                   what=f"rank {r} alone")
+        y = wait_until(lambda r=r: line(module) if line(module) == pytest.approx(
+            values[r]["value"].tolist()) else None, what=f"rank {r}'s values")
+        assert y == pytest.approx(values[r]["value"].tolist())
+
+    # the notes say their rank and filter by it
+    dash_duo.find_element("#nav-notes").click()
+    dash_duo.wait_for_contains_text(f"#{ids.NOTES_LIST}", "2 notes")
+    assert "rank 1" in text_of(dash_duo, f"#{ids.NOTES_LIST}")
+    dash_duo.select_dcc_dropdown(f"#{notes_page.RANK}", value="rank 1")
+    dash_duo.wait_for_contains_text(f"#{ids.NOTES_LIST}", "1 notes")
+    assert "rank 1 saw loss" in text_of(dash_duo, f"#{ids.NOTES_LIST}")
+    assert "rank 0 saw loss" not in text_of(dash_duo, f"#{ids.NOTES_LIST}")
+    logs = dash_duo.get_logs()
+    assert logs == [], [entry["message"] for entry in logs]
