@@ -5,6 +5,12 @@ of the trial (so a refresh that finds new steps reads them again: the page is li
 Kept beside ``AppData`` rather than inside it: the reads are the page's alone, and a
 recording made without ``watch`` simply has none (every function then returns None or
 an empty frame, never an error).
+
+The histograms of a distributed recording are read per rank (``rank``): None is the
+lowest rank, an int that rank, ``SIDE_BY_SIDE`` every rank (a ``rank`` column),
+``MERGED`` the ranks' counts added (``Group.read_merged_histograms`` with ``rebin``: exact
+where the ranks' bin edges agree, re-binned where they differ). The module graph is the
+lowest rank's: under data-parallel training every rank has the same one.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from .data import AppData
 #: A trial's module graph is looked for in at most this many of its latest steps (the
 #: structure is deduplicated: one graph per distinct structure, most steps share it).
 MAX_STEPS_TRIED = 50
+#: The rank choices that read every rank: side by side, or merged.
+SIDE_BY_SIDE, MERGED = "all", "merged"
 
 
 def _read(data: AppData, name: str) -> Any | None:
@@ -69,17 +77,27 @@ def module_graph(data: AppData, trial: str, step: int | None = None) -> tuple[in
     return None, None
 
 
-def histograms(data: AppData, trial: str, node: str) -> pd.DataFrame:
-    """Every histogram row of one module invocation (node) of a trial."""
+def histograms(data: AppData, trial: str, node: str, rank: Any = None) -> pd.DataFrame:
+    """Every histogram row of one module invocation (node) of a trial, of ``rank``."""
     read = _read(data, "read_histograms")
     if read is None or trial not in data.trial_ids():
         return pd.DataFrame()
-    key = ("module_histograms", trial, data_version(data, trial), node)
+    if rank == MERGED:
+        merged = _read(data, "read_merged_histograms")
+        if merged is None:
+            return pd.DataFrame()
+
+        def load() -> pd.DataFrame:
+            return merged(trial, nodes=[node], rebin=True)
+    elif rank == SIDE_BY_SIDE:
+        def load() -> pd.DataFrame:
+            return read(trial, nodes=[node], ranks=SIDE_BY_SIDE)
+    else:
+        def load() -> pd.DataFrame:
+            return read(trial, nodes=[node], **({} if rank is None else {"rank": int(rank)}))
+    key = ("module_histograms", trial, data_version(data, trial), node, rank)
     frame = data.cached(
-        key,
-        lambda: data._safely(f"histograms of {node} in {trial}",
-                             lambda: read(trial, nodes=[node]), None),
-    )
+        key, lambda: data._safely(f"histograms of {node} in {trial}", load, None))
     return frame if frame is not None else pd.DataFrame()
 
 

@@ -14,6 +14,11 @@ A module's outputs are nodes of the dependency graph (node = the invocation's id
 "Tensors page" on a panel opens that node there; coming back, the page opens the level
 of the node the Tensors page shows. Live: every view depends on the data status, and
 the reads are cached per data version of the trial (``module_data``).
+
+A distributed recording has a rank selector (hidden for one rank): the lowest rank by
+default, any one rank, every rank side by side (one grid per rank in a panel, or
+overlaid) or every rank merged (counts added; re-binned where the ranks' bin edges
+differ, as each rank bins its own range: said in the panel's title).
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ LOG = "modules-log"
 PANELS = "modules-panels"
 VIEW = "modules-view"  # dcc.Store (session): {"trial", "parent", "picked", "from_node"}
 KEY = "modules-key"
+RANK = "modules-rank"  # one rank, every rank side by side, or merged
+RANK_BOX = "modules-rank-box"
 NO_TRIAL = "__none__"  # names starting with "__" are reserved: never a trial id
 SIDE_BY_SIDE = "side"
 OVERLAID = "overlay"
@@ -110,6 +117,12 @@ def layout() -> html.Div:
                     dcc.Checklist(id=LOG, options=[{"label": " log colour", "value": "log"}],
                                   value=[], className="ms-3", inputClassName="me-1",
                                   persistence=True, persistence_type="session"),
+                    html.Span(
+                        [html.Span("ranks", className="sel-label ms-3 me-2"),
+                         dcc.Dropdown(id=RANK, options=[], value=None, clearable=False,
+                                      className="sel-dropdown", style={"minWidth": "13rem"})],
+                        id=RANK_BOX, className="d-flex align-items-center",
+                        style={"display": "none"}),
                 ],
                 className="d-flex align-items-center flex-wrap mb-2 modules-controls",
             ),
@@ -233,6 +246,24 @@ def navigate(
             chosen = [found] + [m for m in chosen if m != found]
     new["picked"] = chosen[:MAX_PANELS]
     return new
+
+
+def rank_options(ranks: list[int]) -> list[dict]:
+    """The rank selector's options: none for one rank, else each rank, every rank side
+    by side and every rank merged."""
+    if len(ranks) <= 1:
+        return []
+    return [*({"label": f"rank {r}", "value": int(r)} for r in ranks),
+            {"label": "all ranks side by side", "value": module_data.SIDE_BY_SIDE},
+            {"label": "all ranks merged", "value": module_data.MERGED}]
+
+
+def rank_for(rank: Any, ranks: list[int]) -> Any:
+    """What a trial's histograms are read with: the choice when the trial has it (a
+    trial of one rank: its rank), else None (the lowest rank)."""
+    if rank in (module_data.SIDE_BY_SIDE, module_data.MERGED):
+        return rank if len(ranks) > 1 else None
+    return rank if rank in ranks else None
 
 
 def steps_of_execution(steps: Mapping[int, Any], execution: str | None) -> set[int] | None:
@@ -363,6 +394,26 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 report_view(module_data.watch_report(data, trial)), options, compare,
                 executions, execution, key)
 
+    @app.callback(
+        Output(RANK, "options"),
+        Output(RANK, "value"),
+        Output(RANK_BOX, "style"),
+        Input(ids.SELECTION, "data"),
+        Input(ids.DATA_STATUS, "data"),
+        State(RANK, "value"),
+        State(RANK, "options"),
+    )
+    def rank_choices(selection: dict | None, _status: Any, value: Any,
+                     shown: list | None) -> tuple:
+        trial = current(selection).get("trial")
+        ranks = data.ranks(trial) if trial in data.trial_ids() else []
+        options = rank_options(ranks)
+        values = [o["value"] for o in options]
+        chosen = value if value in values else (values[0] if values else None)
+        style = {"display": "flex" if options else "none"}
+        return (options if options != (shown or []) else no_update,
+                chosen if chosen != value else no_update, style)
+
     @app.callback(Output(PANELS, "children"), Input(PICK, "value"))
     def show_panels(picked: list | None) -> list:
         if not picked:
@@ -387,31 +438,36 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(LOG, "value"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SELECTION, "data"),
+        Input(RANK, "value"),
         State(panel_id("key", MATCH), "data"),
     )
     def show_histograms(what: str | None, role: str | None, groups: list | None,
                         compare: str | None, mode: str | None, execution: str | None,
                         log: list | None, _status: Any, selection: dict | None,
-                        shown: Any) -> tuple:
+                        rank: Any, shown: Any) -> tuple:
         module = dash.callback_context.outputs_list[0]["id"]["module"]
         started = time.perf_counter()
         result = histograms(module, what, role, groups, compare, mode, execution, log,
-                            selection, shown)
+                            selection, rank, shown)
         if result[0] is not no_update:
             parts.timings.record("modules.histograms", time.perf_counter() - started)
         return result
 
     def histograms(module: str, what: str | None, role: str | None, groups: list | None,
                    compare: str | None, mode: str | None, execution: str | None,
-                   log: list | None, selection: dict | None, shown: Any) -> tuple:
+                   log: list | None, selection: dict | None, rank: Any,
+                   shown: Any) -> tuple:
         trial = current(selection).get("trial")
         trials = [trial] + ([compare] if compare not in (None, NO_TRIAL, trial) else [])
         key = [[[t, *module_data.data_version(data, t)] for t in trials if t], module, what,
-               role, groups, mode, execution, log]
+               role, groups, mode, execution, log, rank]
         if key == shown or trial is None:
             return (no_update,) * 7
-        frames = {t: module_data.histograms(data, t, module) for t in trials}
-        choices = mf.histogram_choices(frames[trial])
+        frames = _per_rank({t: module_data.histograms(data, t, module,
+                                                      rank_for(rank, data.ranks(t)))
+                            for t in trials})
+        choices = mf.histogram_choices(frames[(trial, None)] if (trial, None) in frames
+                                       else next(iter(frames.values())))
         what_options = [{"label": f" {w}", "value": w, "disabled": w not in choices}
                         for w in mf.WHATS]
         if what not in choices and choices:
@@ -424,17 +480,24 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             figure = empty_figure(f"No histograms of {module} in {trial} yet.", 300)
             return figure, role_options, role, what_options, [], [], key
         available = list(dict.fromkeys(
-            g for t in trials for g in mf.recording_types(frames[t], what, role)))
+            g for f in frames.values() for g in mf.recording_types(f, what, role)))
         groups = [g for g in (groups or []) if g in available] or available[:1]
         group_options = [{"label": g, "value": g} for g in available]
         grids = []
-        for t, frame in frames.items():
+        for (t, r), frame in frames.items():
+            name = t if r is None else f"{t} · rank {r}"
             for group in groups:
-                label = t if len(groups) == 1 else f"{t} · {group}"
+                label = name if len(groups) == 1 else f"{name} · {group}"
                 grids.append((label, _grid(frame, what, role, execution, data.steps(t), group)))
+        title = f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}"
+        if rank == module_data.MERGED:
+            merged = [f for f in frames.values() if "merge" in f]
+            how = ("re-binned" if any((f["merge"] == "rebinned").any() for f in merged)
+                   else "exact")
+            title += f" · all ranks merged ({how})"
         figure = mf.typed_arrays(mf.histogram_figure(
             grids, log_color="log" in (log or []), height=300, overlay=mode == OVERLAID,
-            title=plot_text(f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}"),
+            title=plot_text(title),
         ))
         return figure, role_options, role, what_options, group_options, groups, key
 
@@ -455,6 +518,20 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         where = {"trial": shown.get("trial"), "node": module, "role": "output 0",
                  "training_step": shown.get("training_step")}
         return sel.open_where(selection, where, data.option_source()), TENSORS_PATH
+
+
+def _per_rank(frames: Mapping[str, Any]) -> dict[tuple[str, int | None], Any]:
+    """The frames by (trial, rank): a frame of every rank side by side (a ``rank``
+    column) split into one per rank, the others under rank None; the selection's trial
+    first."""
+    out: dict[tuple[str, int | None], Any] = {}
+    for t, frame in frames.items():
+        if frame is not None and "rank" in frame and not frame.empty:
+            for r, part in frame.groupby("rank", sort=True):
+                out[(t, int(r))] = part
+        else:
+            out[(t, None)] = frame
+    return out
 
 
 def _grid(frame: Any, what: str, role: str, execution: str | None,

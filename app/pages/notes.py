@@ -1,4 +1,8 @@
-"""Notes page: the recorder's notes of the selected trial, oldest first, searchable."""
+"""Notes page: the recorder's notes of the selected trial, oldest first, searchable.
+
+In a distributed recording each note says the rank that took it, and a rank filter
+(hidden for one rank) shows every rank's notes or one rank's.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import time
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html, no_update
+from dash import Input, Output, State, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
@@ -16,17 +20,31 @@ from .page import Page
 
 PATH = "/notes"
 NAME = "Notes"
+RANK = "notes-rank"
+RANK_BOX = "notes-rank-box"
+EVERY_RANK = "all"
 
 
 def layout() -> html.Div:
     return html.Div(
         [
-            dcc.Input(
-                id=ids.NOTES_SEARCH,
-                type="search",
-                debounce=0.3,
-                placeholder="search notes…",
-                className="form-control form-control-sm notes-search mb-2",
+            html.Div(
+                [
+                    dcc.Input(
+                        id=ids.NOTES_SEARCH,
+                        type="search",
+                        debounce=0.3,
+                        placeholder="search notes…",
+                        className="form-control form-control-sm notes-search",
+                    ),
+                    html.Span(
+                        [html.Span("ranks", className="sel-label ms-3 me-2"),
+                         dcc.Dropdown(id=RANK, options=[], value=EVERY_RANK, clearable=False,
+                                      className="sel-dropdown", style={"minWidth": "10rem"})],
+                        id=RANK_BOX, className="d-flex align-items-center",
+                        style={"display": "none"}),
+                ],
+                className="d-flex align-items-center mb-2",
             ),
             html.Div(id=ids.NOTES_LIST, className="notes-list"),
             dcc.Store(id=ids.NOTES_KEY, storage_type="memory"),
@@ -35,7 +53,23 @@ def layout() -> html.Div:
     )
 
 
-def notes_list(notes: list[Any], query: str | None) -> html.Div:
+def ranks_of(notes: list[Any]) -> list[int]:
+    """The ranks that took notes, sorted."""
+    return sorted({int(getattr(n, "rank", 0)) for n in notes})
+
+
+def rank_options(ranks: list[int]) -> list[dict]:
+    """The rank filter's options: none for one rank, else every rank and each rank."""
+    if len(ranks) <= 1:
+        return []
+    return [{"label": "every rank", "value": EVERY_RANK},
+            *({"label": f"rank {r}", "value": r} for r in ranks)]
+
+
+def notes_list(notes: list[Any], query: str | None, rank: Any = EVERY_RANK) -> html.Div:
+    several = len(ranks_of(notes)) > 1
+    if rank not in (None, EVERY_RANK):
+        notes = [n for n in notes if getattr(n, "rank", 0) == rank]
     shown = figures.filter_notes(notes, query)
     summary = f"{len(shown)} of {len(notes)} notes" if query else f"{len(notes)} notes"
     items = [
@@ -44,6 +78,8 @@ def notes_list(notes: list[Any], query: str | None) -> html.Div:
                 html.Span(
                     time.strftime("%H:%M:%S", time.localtime(n.wall_time)), className="note-time"
                 ),
+                *([html.Span(f"rank {n.rank}", className="note-rank badge bg-light text-dark "
+                                                          "me-1")] if several else []),
                 html.Span(n.text, className="note-text"),
             ],
             className="note",
@@ -64,23 +100,36 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(ids.NOTES_LIST, "children"),
         Output(ids.NOTES_KEY, "data"),
+        Output(RANK, "options"),
+        Output(RANK, "value"),
+        Output(RANK_BOX, "style"),
         Input(ids.SELECTION, "data"),
         Input(ids.DATA_STATUS, "data"),
         Input(ids.NOTES_SEARCH, "value"),
         Input(ids.NOTES_KEY, "data"),  # inside the page: fires when the page is shown
+        Input(RANK, "value"),
+        State(RANK, "options"),
     )
-    def show_notes(selection: dict | None, _status: Any, query: str | None, shown: Any) -> tuple:
+    def show_notes(selection: dict | None, _status: Any, query: str | None, shown: Any,
+                   rank: Any, rank_shown: list | None) -> tuple:
         trial = ((selection or {}).get("current") or {}).get("trial")
         if trial is None:
-            return html.P("No trial selected.", className="text-muted"), None
+            return (html.P("No trial selected.", className="text-muted"), None, no_update,
+                    no_update, {"display": "none"})
         try:
             notes = data.notes(trial)
         except ComgraError as exc:
-            return html.P(str(exc), className="text-danger"), None
-        key = [trial, len(notes), query or ""]
+            return (html.P(str(exc), className="text-danger"), None, no_update, no_update,
+                    {"display": "none"})
+        options = rank_options(ranks_of(notes))
+        chosen = rank if rank in [o["value"] for o in options] else EVERY_RANK
+        key = [trial, len(notes), query or "", chosen]
+        style = {"display": "flex" if options else "none"}
+        new_options = options if options != (rank_shown or []) else no_update
+        new_rank = chosen if chosen != rank else no_update
         if key == shown:
-            return no_update, no_update
-        return notes_list(notes, query), key
+            return no_update, no_update, new_options, new_rank, style
+        return notes_list(notes, query, chosen), key, new_options, new_rank, style
 
 
 PAGE = Page(PATH, NAME, layout, register_callbacks)
