@@ -35,7 +35,13 @@ import pyarrow.dataset as pads
 from ..errors import ConfigurationError, StorageError
 from ..format.files import files_for
 from ..format.schema import RANK
-from .sql import DAMAGED_CHOICES, SHARD_TABLES, GroupFiles, table_schema
+from .sql import (
+    DAMAGED_CHOICES,
+    SHARD_TABLES,
+    GroupFiles,
+    remote_parquet_format,
+    table_schema,
+)
 
 _INSTALL_HINT = "pip install comgra-like[spark] (pyspark 4.0 or newer, and Java 17+)"
 
@@ -149,11 +155,13 @@ class ShardReader(DataSourceReader):
 def read_shard(part: ShardPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The rows of one shard in ``schema``, a row group's batches at a time (memory stays
     bounded by a row group, whatever the shard's size)."""
-    fs, key = files_for(part.location).arrow(Path(part.location))
+    files = files_for(part.location)
+    fs, key = files.arrow(Path(part.location))
+    parquet = remote_parquet_format() if files.remote else pads.ParquetFileFormat()
     # the columns read from the file; trial_id comes from the folder, not the file
     read = pa.schema([f for f in schema if f.name != "trial_id"])
     try:
-        dataset = pads.dataset(key, schema=read, format="parquet", filesystem=fs)
+        dataset = pads.dataset(key, schema=read, format=parquet, filesystem=fs)
         for batch in dataset.to_batches(columns=read.names):
             if not batch.num_rows:
                 continue

@@ -10,6 +10,13 @@ shards only those no compacted file supersedes (``layout.live_shards``), as the 
 does. A damaged file is left out and reported in :attr:`GroupSQL.skipped` (the query API's
 ``Group.skipped``), or raises a :class:`StorageError` with ``damaged="raise"``.
 
+The group may be on S3 (``s3://bucket/prefix/group``): it is listed and read through the
+filesystem seam (``format.files.files_for``, endpoint and credentials from the ``AWS_*``
+variables). DuckDB's own s3:// reader is its httpfs extension, downloaded at first use;
+instead each table is a pyarrow dataset over the live objects, registered in the
+connection, into which DuckDB pushes the query's columns and filters. The same rules
+apply; the answers are the same as for the group on disk.
+
 DuckDB is an optional dependency (``pip install comgra-like[sql]``), imported only when
 a connection is made: the GUI, the rest of the query API and the writer never load it.
 """
@@ -73,16 +80,20 @@ _FILE_COLUMN = "__comgra_file"
 _TRIAL_COLUMN = "__comgra_trial"
 # Footers read at once when an object store is listed (each one request, latency-bound).
 _REMOTE_CHECKS = 16
-# How the objects' column chunks are fetched: the chunks of a query's columns that lie
-# less than about a latency's worth of bytes apart are fetched in one ranged request
-# (pyarrow's model: 50 ms to the first byte, 100 MiB/s), not one request per chunk. The
-# aggregate of benchmarks/benchmark_sql_s3.py read 4 of 26 columns of 14 row groups in
-# 0.11 s instead of 0.51 s (docs/QUERYING.md).
-def _remote_format() -> pads.ParquetFileFormat:
+
+
+def remote_parquet_format() -> pads.ParquetFileFormat:
+    """How objects are read (by the SQL views and the Spark data source): the column
+    chunks of a query's columns that lie less than about a latency's worth of bytes
+    apart are fetched in one ranged request (pyarrow's model: 50 ms to the first byte,
+    100 MiB/s), not one request per chunk. The aggregate of
+    benchmarks/benchmark_sql_s3.py read 4 of 26 columns of 14 row groups in 0.11 s
+    instead of 0.51 s from the loopback server."""
     cache = getattr(pa, "CacheOptions", None)  # pyarrow 15 and newer
     tuned = {} if cache is None else {"cache_options": cache.from_network_metrics(50, 100)}
     return pads.ParquetFileFormat(default_fragment_scan_options=pads.ParquetFragmentScanOptions(
         pre_buffer=True, **tuned))
+
 
 _TRIALS_SCHEMA = pa.schema([
     ("trial_id", pa.string()), ("status", pa.string()), ("created", pa.float64()),
@@ -439,7 +450,7 @@ class GroupSQL:
         columns are the table's and those any file has (a column missing in a file is
         null there), as ``union_by_name`` on disk."""
         files = self._files.files
-        parquet = _remote_format()
+        parquet = remote_parquet_format()
         fs = None
         fragments = []
         for shard in shards:
