@@ -12,6 +12,7 @@ figure markup, so callers escape what they put there.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,8 +33,9 @@ MAX_INDEXED_HOVER_CELLS = 40_000
 MAX_SERIES_LEGEND = 4
 #: A series with more points is drawn from the smallest and largest value of each of
 #: MAX_SERIES_POINTS // 2 runs of steps: 100,000 points took seconds to send and draw,
-#: and no screen shows more than a few thousand; the extremes keep every spike visible.
-MAX_SERIES_POINTS = 4000
+#: and a plot is at most ~1,500 pixels wide, so two points per pixel column is all a
+#: screen shows; the extremes keep every spike visible.
+MAX_SERIES_POINTS = 3000
 #: 1-D tensors up to this length are bars; longer ones are wrapped into a matrix.
 MAX_BAR_LENGTH = 128
 
@@ -316,29 +318,36 @@ def series_figure(
 
     ``frame`` has the columns of ``Group.read_series``. The current step is marked by a
     vertical line (see :func:`step_marker_shapes`); points carry their step as
-    ``customdata`` so that a click can select it.
+    ``customdata`` so that a click can select it. A NaN or infinite value is a hole:
+    the line breaks there. Steps and values go as typed arrays (:func:`typed_array`).
     """
     if frame is None or len(frame) == 0:
         return empty_figure("no recorded values of this statistic", height)
-    frame = frame[np.isfinite(frame["value"].to_numpy(dtype=np.float64))]
-    if len(frame) == 0:  # e.g. svd_top of an activation
-        return empty_figure(f"{statistic} does not apply to this tensor", height)
+    if not np.isfinite(frame["value"].to_numpy(dtype=np.float64)).any():
+        return empty_figure(f"{statistic} does not apply to this tensor", height)  # svd_top
     traces = []
     for toe, part in frame.groupby("type_of_execution", sort=True):
         part = part.sort_values("training_step", kind="stable")
         values = part["value"].to_numpy(dtype=np.float64)
+        if not np.isfinite(values).any():
+            continue
         shown = extremes_per_run(values, MAX_SERIES_POINTS)
-        steps = part["training_step"].to_numpy(np.int64)[shown].tolist()
+        steps = part["training_step"].to_numpy(np.int64)[shown]
+        y = values[shown]
         name = plot_text(toe)
         traces.append(
             {
                 "type": "scatter",
-                "x": steps,
-                "y": values[shown],
+                "x": typed_array(steps),
+                # plotly.js draws no point and breaks the line at a NaN (not at an inf)
+                "y": typed_array(np.where(np.isfinite(y), y, np.nan)),
                 "mode": "lines+markers" if len(shown) == len(values) else "lines",
                 "name": name,
                 "marker": {"size": 6},
-                "customdata": steps,  # a click selects this step
+                # a click selects this step; a list, as dcc.Graph reads a clicked point's
+                # customdata from the figure it was given, where a typed array is still
+                # its base64 text
+                "customdata": steps.tolist(),
                 "hovertemplate": (
                     f"{name}<br>step %{{x}}<br>{plot_text(statistic)} %{{y:.7g}}<extra></extra>"
                 ),
@@ -363,24 +372,68 @@ def series_figure(
     return {"data": traces, "layout": layout}
 
 
+#: numpy dtypes plotly.js reads from a typed-array spec, by their spec name.
+_TYPED_ARRAY_DTYPES = {
+    np.dtype(np.int8): "i1", np.dtype(np.uint8): "u1", np.dtype(np.int16): "i2",
+    np.dtype(np.uint16): "u2", np.dtype(np.int32): "i4", np.dtype(np.uint32): "u4",
+    np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
+}
+
+
+def typed_array(values: np.ndarray) -> dict:
+    """A 1-D numeric array as plotly.js's typed-array spec (``{"dtype", "bdata"}``).
+
+    Plotly turns numpy arrays into these only inside ``go.Figure``; the figures here are
+    dicts, whose arrays went out as JSON numbers (~20 characters a float, parsed one by
+    one in the browser). Base64 of the little-endian bytes is 10.7 characters a float64
+    and is copied into a typed array as it is. int64 (which plotly.js does not read) goes
+    as int32 when it fits, else as float64 (exact to 2**53).
+    """
+    array = np.asarray(values).reshape(-1)
+    if array.dtype.kind in "iub" and array.dtype not in _TYPED_ARRAY_DTYPES:
+        fits = array.size == 0 or (
+            int(array.min()) >= np.iinfo(np.int32).min and int(array.max()) <= np.iinfo(np.int32).max
+        )
+        array = array.astype(np.int32 if fits else np.float64)
+    elif array.dtype not in _TYPED_ARRAY_DTYPES:
+        array = array.astype(np.float64)
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return {
+        "dtype": _TYPED_ARRAY_DTYPES[array.dtype.newbyteorder("=")],
+        "bdata": base64.b64encode(array.tobytes()).decode("ascii"),
+    }
+
+
+def typed_values(spec: Mapping[str, Any] | Sequence[Any]) -> np.ndarray:
+    """The array a :func:`typed_array` spec holds (a plain list is taken as it is)."""
+    if isinstance(spec, Mapping):
+        dtype = next(d for d, name in _TYPED_ARRAY_DTYPES.items() if name == spec["dtype"])
+        return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype.newbyteorder("<"))
+    return np.asarray(spec)
+
+
 def extremes_per_run(values: np.ndarray, max_points: int) -> np.ndarray:
     """Indexes of the points to draw, in order: all of them when there are at most
-    ``max_points``, else the first and last point and the smallest and largest value of
-    each of ``max_points // 2`` runs of consecutive points."""
+    ``max_points``, else the first and last point and, of each of ``max_points // 2``
+    runs of consecutive points, the first place of its smallest and of its largest
+    finite value and its first non-finite value (a hole, which breaks the line)."""
+    values = np.asarray(values, dtype=np.float64)
     n = len(values)
     if n <= max_points:
         return np.arange(n)
     runs = max(1, max_points // 2)
     starts = np.linspace(0, n, runs + 1).astype(np.int64)[:-1]
-    lowest = np.minimum.reduceat(values, starts)
-    highest = np.maximum.reduceat(values, starts)
     run_of = np.repeat(np.arange(runs), np.diff(np.append(starts, n)))
-    at_low = np.flatnonzero(values == lowest[run_of])
-    at_high = np.flatnonzero(values == highest[run_of])
-    # the first point of each run that takes the run's extreme
-    low = at_low[np.unique(run_of[at_low], return_index=True)[1]]
-    high = at_high[np.unique(run_of[at_high], return_index=True)[1]]
-    return np.unique(np.concatenate([[0, n - 1], low, high]))
+    finite = np.isfinite(values)
+    clean = np.where(finite, values, np.nan)
+    picked = [np.array([0, n - 1])]
+    # fmin/fmax skip NaN; a run without a finite value has NaN there, which no value equals
+    for extreme in (np.fmin.reduceat(clean, starts), np.fmax.reduceat(clean, starts)):
+        at = np.flatnonzero(clean == extreme[run_of])
+        picked.append(at[np.unique(run_of[at], return_index=True)[1]])
+    holes = np.flatnonzero(~finite)
+    picked.append(holes[np.unique(run_of[holes], return_index=True)[1]])
+    return np.unique(np.concatenate(picked))
 
 
 def step_marker_shapes(current_step: int | None) -> list[dict]:

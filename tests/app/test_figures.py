@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io.json
 import pytest
 from comgra_like.app import figures
+from hypothesis import given, settings
 
 
 def test_format_number_and_statistics_rows():
@@ -128,12 +132,97 @@ def test_series_of_100000_steps_draws_a_bounded_number_of_points_with_every_spik
                           "iteration": 0, "value": values})
     fig = figures.series_figure(frame, "mean", current_step=5)
     trace = fig["data"][0]
-    assert len(trace["x"]) <= 10_000  # a screen's worth, not 100,000
-    assert {12_345, 87_654, 0, 99_999} <= set(trace["x"])
-    assert trace["customdata"] == trace["x"] and trace["x"] == sorted(trace["x"])
-    assert max(trace["y"]) == 40.0 and min(trace["y"]) == -40.0
+    x, y = figures.typed_values(trace["x"]), figures.typed_values(trace["y"])
+    assert len(x) <= figures.MAX_SERIES_POINTS + 2  # a screen's worth, not 100,000
+    assert {12_345, 87_654, 0, 99_999} <= set(x.tolist())
+    assert trace["customdata"] == x.tolist() and (np.diff(x) > 0).all()
+    assert y.max() == 40.0 and y.min() == -40.0
+    assert (y == values[x]).all()  # each point is the value of its own step
     small = figures.series_figure(frame.iloc[:1000], "mean", current_step=5)["data"][0]
-    assert small["x"] == list(range(1000)) and "markers" in small["mode"]
+    assert figures.typed_values(small["x"]).tolist() == list(range(1000))
+    assert "markers" in small["mode"]
+
+
+def test_series_goes_to_the_browser_as_typed_arrays():
+    frame = pd.DataFrame({"training_step": np.arange(10_000) * 3, "type_of_execution": "t",
+                          "iteration": 0, "value": np.linspace(-1, 1, 10_000)})
+    trace = figures.series_figure(frame, "mean", current_step=0)["data"][0]
+    assert trace["type"] == "scatter"
+    assert trace["x"]["dtype"] == "i4" and trace["y"]["dtype"] == "f8"
+    assert isinstance(trace["x"]["bdata"], str) and isinstance(trace["y"]["bdata"], str)
+    # what Dash sends: base64, no list of numbers
+    sent = plotly.io.json.to_json_plotly({"data": [trace]})
+    assert '"x":{"dtype":"i4","bdata":' in sent and '"y":{"dtype":"f8","bdata":' in sent
+    as_numbers = plotly.io.json.to_json_plotly({"data": [{
+        **trace, "x": figures.typed_values(trace["x"]).tolist(),
+        "y": figures.typed_values(trace["y"]).tolist()}]})
+    assert len(sent) < 0.8 * len(as_numbers)
+
+
+@pytest.mark.parametrize(("values", "dtype"), [
+    (np.array([0, 5, 2**31 - 1], np.int64), "i4"),
+    (np.array([-(2**31), 7], np.int64), "i4"),
+    (np.array([0, 2**40], np.int64), "f8"),  # beyond int32: exact as float64
+    (np.array([1.5, np.nan, -np.inf], np.float64), "f8"),
+    (np.array([1.5, 2.25], np.float32), "f4"),
+    (np.array([], np.int64), "i4"),
+])
+def test_typed_array_round_trips(values, dtype):
+    spec = figures.typed_array(values)
+    assert spec["dtype"] == dtype
+    back = figures.typed_values(spec)
+    np.testing.assert_array_equal(back, values.astype(back.dtype))
+    assert back.astype(values.dtype).tolist() == values.tolist() or np.isnan(values).any()
+
+
+def _run_bounds(n: int, max_points: int) -> list[tuple[int, int]]:
+    runs = max_points // 2
+    starts = np.linspace(0, n, runs + 1).astype(np.int64)
+    return list(zip(starts[:-1].tolist(), starts[1:].tolist()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=hnp.arrays(np.float64, st.integers(0, 400),
+                      elements=st.one_of(st.floats(-1e6, 1e6), st.sampled_from(
+                          [np.nan, np.inf, -np.inf, 0.0, 1.0]))),
+    max_points=st.integers(2, 60),
+)
+def test_thinning_keeps_each_runs_extremes_holes_and_the_first_and_last_step(values, max_points):
+    shown = figures.extremes_per_run(values, max_points)
+    n = len(values)
+    if n <= max_points:
+        assert shown.tolist() == list(range(n))
+        return
+    assert shown[0] == 0 and shown[-1] == n - 1 and (np.diff(shown) > 0).all()
+    kept = set(shown.tolist())
+    for lo, hi in _run_bounds(n, max_points):
+        run = values[lo:hi]
+        finite = np.isfinite(run)
+        if finite.any():
+            # numpy's own answer: the first place of the run's smallest and largest value
+            masked = np.where(finite, run, np.nan)
+            assert lo + int(np.nanargmin(masked)) in kept
+            assert lo + int(np.nanargmax(masked)) in kept
+        if not finite.all():
+            assert lo + int(np.flatnonzero(~finite)[0]) in kept  # the line breaks here
+        inside = [i for i in kept if lo <= i < hi and i not in (0, n - 1)]
+        assert len(inside) <= 3  # nothing else of the run is drawn
+    assert len(shown) <= 3 * (max_points // 2) + 2
+
+
+def test_series_figure_breaks_the_line_at_holes():
+    values = np.arange(20_000, dtype=np.float64)
+    values[[5, 10_000, 10_001]] = [np.nan, np.inf, np.nan]
+    frame = pd.DataFrame({"training_step": np.arange(20_000), "type_of_execution": "t",
+                          "iteration": 0, "value": values})
+    for part in (frame.iloc[:100], frame):  # drawn whole, and thinned
+        trace = figures.series_figure(part, "max", current_step=0)["data"][0]
+        x, y = figures.typed_values(trace["x"]), figures.typed_values(trace["y"])
+        holes = set(x[np.isnan(y)].tolist())
+        assert 5 in holes and (len(part) < 10_000 or holes & {10_000, 10_001})
+        assert np.isfinite(y[~np.isnan(y)]).all()  # inf is a hole too, never drawn
+        assert trace.get("connectgaps") is not True
 
 
 def test_figures_are_valid_plotly_figures():
@@ -279,7 +368,7 @@ def test_filter_notes_every_word_case_insensitive():
     assert figures.filter_notes(notes, "missing") == []
 
 
-def test_series_figure_drops_non_finite_points_and_legend_of_many_types():
+def test_series_figure_leaves_out_types_without_a_value_and_legend_of_many_types():
     frame = _series().assign(value=[1.0, float("nan"), 3.0, float("nan")])
     fig = figures.series_figure(frame, "svd_top", 0)
     assert [t["name"] for t in fig["data"]] == ["short"]

@@ -66,7 +66,8 @@ def click_node(dash_duo, name, graph: str = GRAPH) -> None:
         const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
         const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
         const box = gd.getBoundingClientRect();
-        for (const trace of gd.data) {
+        // _fullData: arrays sent as typed-array specs ({dtype, bdata}) decoded
+        for (const trace of gd._fullData) {
           const cd = trace.customdata || [];
           if (!trace.mode || !trace.mode.includes('markers')) continue;
           for (let i = 0; i < cd.length; i++) {
