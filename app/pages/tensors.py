@@ -402,23 +402,28 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         timings.record("graph_figure", time.perf_counter() - started)
         return figure, key, highlight
 
+    # Inputs are the trial and aggregation selectors, not the selection store: the
+    # graph callback waits for this one whenever it may run (PAINT_TYPE is its input),
+    # and the selection callback sends a selector's value only when it changed.
     @app.callback(
         Output(PAINT_TYPE, "options"),
         Output(PAINT_TYPE, "value"),
         Output(PAINT_TYPE, "disabled"),
         Input(PAINT_STATISTIC, "value"),
-        Input(ids.SELECTION, "data"),
+        Input(ids.selector("trial"), "value"),
+        Input(ids.selector("aggregation"), "value"),
         State(PAINT_TYPE, "value"),
         State(PAINT_TYPE, "options"),
     )
     def paint_types(
-        statistic: str | None, selection: dict | None, chosen: str | None, listed: Any
+        statistic: str | None, trial: str | None, aggregation: str | None,
+        chosen: str | None, listed: Any
     ) -> tuple:
         # The recording types the trial has; when the chosen one has no value of the
         # statistic at all (an update ratio of forward values), the first one that has.
         if not is_painting(statistic):
             return no_update, no_update, True
-        current = (selection or {}).get("current") or {}
+        current = {"trial": trial, "aggregation": aggregation}
         table = data.statistic_table(current.get("trial"), statistic) if current.get(
             "trial") else None
         if table is None:
@@ -573,24 +578,26 @@ def register_rank_selector(app: dash.Dash, data: AppData) -> None:
     """The rank selector follows the selected trial: shown with its ranks when it has
     several, the choice kept while it is one of them."""
 
+    # The trial selector, not the selection store, is the input: the values and series
+    # callbacks wait for this one whenever it may run (the rank is their input), and
+    # the selection callback sends the trial only when it changed. A change of step or
+    # statistic then reaches the series in one round trip after the selection's.
     @app.callback(
         Output(selectors.RANK_SELECT, "options"),
         Output(selectors.RANK_SELECT, "value"),
         Output(selectors.RANK_BOX, "style"),
-        Input(ids.SELECTION, "data"),
+        Input(ids.selector("trial"), "value"),
         Input(ids.DATA_STATUS, "data"),
         State(selectors.RANK_SELECT, "value"),
         State(selectors.RANK_SELECT, "options"),
     )
-    def rank_choices(selection: dict | None, _status: Any, value: Any,
+    def rank_choices(trial: str | None, _status: Any, value: Any,
                      shown: list | None) -> tuple:
-        current = (selection or {}).get("current") or {}
-        options = selectors.rank_options(data.ranks(current.get("trial")))
-        value = selectors.rank_value(options, value)
+        options = selectors.rank_options(data.ranks(trial))
+        chosen = selectors.rank_value(options, value)
         style = {"display": "flex" if options else "none"}
-        if options == (shown or []):
-            return no_update, value, style
-        return options, value, style
+        return (options if options != (shown or []) else no_update,
+                chosen if chosen != value else no_update, style)
 
 
 def _live_version(data: AppData, current: Mapping[str, Any]) -> int:
