@@ -594,7 +594,8 @@ def sql(group_path: str | os.PathLike, query: str, *, arrow: bool = False,
 def shard_files(group_path: str | os.PathLike, table: str) -> dict[str, list[str]]:
     """The parquet files of ``table`` that a reader of the whole group should read, by
     trial id (the folder name): the live shards of every trial shown, damaged files left
-    out (with a warning in the log). For engines other than DuckDB (Spark, polars,
+    out (with a warning in the log); ``s3://bucket/key`` URIs for a group on S3 (Spark's
+    hadoop-aws calls them ``s3a://``). For engines other than DuckDB (Spark, polars,
     pyarrow.dataset): a glob like ``trials/*/tensors/*.parquet`` also matches the parts
     a compaction has merged but not yet deleted (or never will, after a crash), whose
     rows would then count twice. No DuckDB needed."""

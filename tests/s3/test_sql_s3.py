@@ -116,6 +116,27 @@ def test_duckdb_pushes_columns_and_filters_into_the_s3_scan(groups):
     assert only_b["trial_id"].tolist() == ["trial_b"]
 
 
+def test_a_filter_on_trial_id_leaves_the_other_trials_objects_unread(groups):
+    """trial_a's objects are damaged after the listing (footers intact, pages not): a
+    query of trial_b alone answers without touching them, one of every trial finds them."""
+    remote, local = groups
+    group = _copy(remote)
+    db = connect(group)
+    folder = "trials/trial_a/tensors"
+    for name in _names(group, "trial_a", "tensors"):
+        data = _get(group, f"{folder}/{name}")
+        footer = int.from_bytes(data[-8:-4], "little") + 8
+        _put(group, f"{folder}/{name}", data[:4] + b"\x07" * (len(data) - 4 - footer)
+             + data[-footer:])
+    query = "SELECT rank, count(*) AS n, sum(norm) AS s FROM tensors " \
+            "WHERE trial_id = 'trial_b' GROUP BY ALL ORDER BY ALL"
+    assert rows(db.sql(query)) == rows(sql(local, query))
+    assert db.skipped == []
+    db.sql("SELECT sum(norm) FROM tensors")
+    assert sorted(s.path for s in db.skipped) == [
+        f"{group}/{folder}/{n}" for n in _names(group, "trial_a", "tensors")]
+
+
 def test_hidden_and_superseded_objects_on_s3_are_not_read(groups):
     remote, local = groups
     group = _copy(remote)
