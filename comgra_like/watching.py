@@ -28,6 +28,7 @@ from .metrics.collect import Collector
 from .metrics.config import resolve_config
 from .objects import DecisionMakerForRecordingsFrequencyPerType
 from .record.hooks import LOG_OPTIONS, Settings, Watcher
+from .record.ranks import common_time
 
 log = logging.getLogger("comgra_like")
 
@@ -343,7 +344,7 @@ def _own_recorder(standalone_dir: str | os.PathLike, trial_id: str | None, backe
 
     root, group = _standalone_location(standalone_dir)
     if trial_id is None:
-        trial_id = "watch-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(_start_time()))
+        trial_id = "watch-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(common_time()))
     if not isinstance(trial_id, str) or not TRIAL_ID_PATTERN.match(trial_id):
         raise ConfigurationError(
             f"trial_id {trial_id!r} is not a valid trial id: letters, digits, '.', '_' and "
@@ -357,30 +358,6 @@ def _own_recorder(standalone_dir: str | os.PathLike, trial_id: str | None, backe
     except StorageError as e:  # before any hook is in place: training is untouched
         raise StorageError(f"watch(standalone_dir={str(standalone_dir)!r}) cannot record "
                            f"there: {e}") from None
-
-
-def _start_time() -> float:
-    """Now, or under torch.distributed rank 0's now: every rank's default trial id must
-    be the same, or the ranks would record into trials of their own (their clocks can
-    straddle a second)."""
-    from .record.ranks import detect
-
-    where = detect()
-    if not where.distributed or where.world_size == 1:
-        return time.time()
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        raise ConfigurationError(
-            f"watch() on rank {where.rank} of {where.world_size} (RANK/WORLD_SIZE are set) "
-            "without a torch.distributed process group cannot agree with the other ranks on "
-            "its trial id; pass trial_id= (the same on every rank), or call "
-            "dist.init_process_group() first")
-    device = (torch.device("cuda", torch.cuda.current_device())
-              if dist.get_backend() == "nccl" else torch.device("cpu"))
-    now = torch.tensor([time.time()], dtype=torch.float64, device=device)
-    dist.broadcast(now, src=0)
-    return float(now.item())
 
 
 def _attach_to_recorder(recorder, module: torch.nn.Module, name: str | None) -> str:

@@ -21,6 +21,7 @@ from ..errors import ConfigurationError
 from ..format.schema import TRIAL_ID_PATTERN
 from ..objects import DecisionMakerForRecordingsFrequencyPerType
 from ..query import open_group
+from ..record.ranks import common_time
 from ..recorder import ComgraRecorder
 from .collect import Collector
 from .config import resolve_config
@@ -55,7 +56,9 @@ class Monitor:
                 f"name={name!r}: the model's name must be non-empty, without '.' or '#'")
         specs = resolve_config(model, {} if config is None else config, name)
         if trial_id is None:
-            trial_id = "monitor-" + time.strftime("%Y%m%d-%H%M%S")
+            # the same on every rank of a distributed job (rank 0's clock)
+            trial_id = "monitor-" + time.strftime("%Y%m%d-%H%M%S",
+                                                  time.localtime(common_time()))
         if not isinstance(trial_id, str) or not TRIAL_ID_PATTERN.match(trial_id):
             raise ConfigurationError(
                 f"trial_id {trial_id!r} is not a valid trial id: letters, digits, '.', '_' "
@@ -116,7 +119,8 @@ class Monitor:
             self.collector.flush()
             self.recorder.flush()
         group = open_group(self.group_path)
-        frame = group.read_metrics(self.trial_id)
+        # this process's rank: under torch.distributed every rank records its own rows
+        frame = group.read_metrics(self.trial_id, rank=getattr(self.recorder, "rank", 0))
         out: dict[str, dict[str, dict[int, Any]]] = {}
         prefix = self.name + "."
         for row in frame.itertuples(index=False):

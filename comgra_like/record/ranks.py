@@ -115,3 +115,29 @@ def any_rank(flag: bool) -> bool:
     value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
+
+
+def common_time() -> float:
+    """Now, the same on every rank: rank 0's clock, broadcast (every rank must call it, at
+    the same point). For names made from the time (a default trial id) that must not
+    differ between ranks whose clocks straddle a second. Without a job: ``time.time()``;
+    RANK/WORLD_SIZE without a process group cannot agree: a ConfigurationError."""
+    import time
+
+    where = detect()
+    if not where.distributed or where.world_size == 1:
+        return time.time()
+    import torch
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ConfigurationError(
+            f"rank {where.rank} of {where.world_size} (RANK/WORLD_SIZE are set) has no "
+            "torch.distributed process group to agree with the other ranks on a trial id "
+            "made from the time; pass trial_id= (the same on every rank), or call "
+            "dist.init_process_group() first")
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    now = torch.tensor([time.time()], dtype=torch.float64, device=device)
+    dist.broadcast(now, src=0)
+    return float(now.item())

@@ -7,7 +7,9 @@ batch. The expected values come from what each rank saved of its own tensors.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,16 +26,12 @@ BINS = 10
 NODE = "model.module.first"  # watch's root is the DDP wrapper; Net is its .module
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory) -> tuple[Path, str]:
-    import os
-    import sys
-
-    root = tmp_path_factory.mktemp("watch_ddp")
+def run_job(root: Path, *mode: str) -> str:
+    """Both ranks of watch_child.py; the trial id they agreed on."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(CHILD), str(root), str(r), "2", port],
+    procs = [subprocess.Popen([sys.executable, str(CHILD), str(root), str(r), "2", port, *mode],
                               env=env, text=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for r in (0, 1)]
     for p in procs:
@@ -42,7 +40,13 @@ def job(tmp_path_factory) -> tuple[Path, str]:
         assert out.strip().endswith("finished")
     trial_ids = {(root / "raw" / f"trial-{r}.txt").read_text() for r in (0, 1)}
     assert len(trial_ids) == 1, f"the ranks chose different default trial ids: {trial_ids}"
-    return root, trial_ids.pop()
+    return trial_ids.pop()
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("watch_ddp")
+    return root, run_job(root)
 
 
 def raw(root: Path, name: str, rank: int, step: int) -> np.ndarray:
@@ -189,3 +193,18 @@ def test_rank_arguments_are_checked(job):
         g.read_histograms(trial, rank=0, ranks="all")
     with pytest.raises(ConfigurationError, match="one rank"):
         g.list_metrics(trial, rank="1")
+
+
+def test_monitor_get_output_gives_each_rank_its_own_values(tmp_path):
+    """Taiyi's Monitor on a DDP model: one trial for the job (rank 0's time as the
+    default id), and get_output() on each rank reads that rank's rows."""
+    trial = run_job(tmp_path, "monitor")
+    g = open_group(tmp_path / "m")
+    assert [t.trial_id for t in g.list_trials()] == [trial]
+    assert g.list_ranks(trial) == [0, 1]
+    for rank in (0, 1):
+        output = json.loads((tmp_path / "raw" / f"output-{rank}.json").read_text())
+        got = output["first"]["InputSndNorm"]
+        expected = {str(s): float(np.linalg.norm(raw(tmp_path, "in", rank, s).astype(
+            np.float64))) for s in range(STEPS)}
+        assert got == pytest.approx(expected, rel=1e-6)

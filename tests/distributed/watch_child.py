@@ -1,9 +1,11 @@
 """One rank of a small data-parallel job under ``comgra_like.watch(model, metrics=...)``.
 
-Usage: ``python watch_child.py ROOT RANK WORLD_SIZE PORT``. A gloo process group on
-127.0.0.1:PORT, a DistributedDataParallel model watched on every rank into its own trial
-(``standalone_dir=ROOT/g``, the default trial id: every rank must agree on it), each rank
-training on its own part of each batch (6 and 4 samples).
+Usage: ``python watch_child.py ROOT RANK WORLD_SIZE PORT [MODE]``. A gloo process group
+on 127.0.0.1:PORT, a DistributedDataParallel model watched on every rank into its own
+trial (``standalone_dir=ROOT/g``, the default trial id: every rank must agree on it),
+each rank training on its own part of each batch (6 and 4 samples). MODE ``monitor``:
+Taiyi's ``Monitor(model, config, path=ROOT/m)`` instead of watch, each rank writing what
+its ``get_output()`` gave to ``ROOT/raw/output-<rank>.json``.
 
 Each rank saves what it computed as .npy files under ROOT/raw/ so that the test compares
 the stored rows with them: per step the first layer's output (``out-<rank>-<step>``) and
@@ -14,6 +16,7 @@ takes a note at step 1.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from datetime import timedelta
@@ -41,6 +44,7 @@ class Net(torch.nn.Module):
 def main() -> int:
     root, rank, world, port = (Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                sys.argv[4])
+    monitor = len(sys.argv) > 5 and sys.argv[5] == "monitor"
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     torch.set_num_threads(1)
@@ -55,11 +59,14 @@ def main() -> int:
     saved: dict[str, torch.Tensor] = {}
     net.first.register_forward_hook(
         lambda m, args, out: saved.update(input=args[0].detach(), output=out.detach()))
-    handle = comgra_like.watch(model, log_freq=1, bins=10, sample_n=None, verbose=False,
-                               reject_outlier_proportion=0.0,
-                               standalone_dir=str(root / "g"),
-                               metrics={"module.first": ["InputSndNorm", "OutputNorm",
-                                                         "WeightGradNorm"]})
+    if monitor:
+        handle = comgra_like.Monitor(model, {"first": ["InputSndNorm"]}, path=str(root / "m"))
+    else:
+        handle = comgra_like.watch(model, log_freq=1, bins=10, sample_n=None, verbose=False,
+                                   reject_outlier_proportion=0.0,
+                                   standalone_dir=str(root / "g"),
+                                   metrics={"module.first": ["InputSndNorm", "OutputNorm",
+                                                             "WeightGradNorm"]})
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     raw = root / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -68,16 +75,26 @@ def main() -> int:
         loss = model(batch).pow(2).mean()
         opt.zero_grad()
         loss.backward()
-        handle.log_loss(loss)
+        if monitor:
+            handle.track(step, loss=loss)
+        else:
+            handle.log_loss(loss)
         opt.step()
         np.save(raw / f"in-{rank}-{step}.npy", saved["input"].numpy())
         np.save(raw / f"out-{rank}-{step}.npy", saved["output"].numpy())
         np.save(raw / f"loss-{rank}-{step}.npy", loss.detach().numpy())
         # after DDP's all-reduce: the mean over the ranks, the same on both
         np.save(raw / f"wgrad-{rank}-{step}.npy", net.first.weight.grad.numpy())
-        if step == 1:
+        if step == 1 and not monitor:
             handle.recorder.add_note(f"rank {rank} saw loss {float(loss):.6f}")
-    handle.unwatch()
+    if monitor:
+        output = handle.get_output()
+        (raw / f"output-{rank}.json").write_text(json.dumps(
+            {m: {q: {str(k): float(v) for k, v in steps.items()} for q, steps in qs.items()}
+             for m, qs in output.items()}))
+        handle.close()
+    else:
+        handle.unwatch()
     (raw / f"trial-{rank}.txt").write_text(handle.trial_id)
     dist.destroy_process_group()
     print("finished", flush=True)
