@@ -508,33 +508,22 @@ class Group:
                     return n.alias_of[role]
         return None
 
+    # Built once however many callbacks ask at the same time (get_or_compute): two
+    # builds of one series index side by side doubled the GUI's peak memory.
     def _series_index(self, trial_id: str, f: TensorFile) -> SeriesIndex:
-        key = self._key(_SERIES, trial_id, f.name)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        index = SeriesIndex.build(f.path)
-        self._cache.put(key, index, index.nbytes)
-        return index
+        return self._cache.get_or_compute(self._key(_SERIES, trial_id, f.name),
+                                          lambda: SeriesIndex.build(f.path), _nbytes)
 
     def _footer(self, trial_id: str, f: TensorFile) -> Footer:
-        key = self._key(_FOOTER, trial_id, f.name)
-        footer = self._cache.get(key)
-        if footer is None:
-            footer = Footer(f.path)
-            self._cache.put(key, footer, footer.nbytes)
-        return footer
+        return self._cache.get_or_compute(self._key(_FOOTER, trial_id, f.name),
+                                          lambda: Footer(f.path), _nbytes)
 
     def _statistic_column(self, trial_id: str, f: TensorFile, statistic: str) -> np.ndarray:
         """One statistic of every row of a tensors file (cached: the next tensor's series
         of the same statistic is a ``take``)."""
-        key = self._key(_COLUMN, trial_id, (f.name, statistic))
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        values = self._series_index(trial_id, f).read_statistic(statistic)
-        self._cache.put(key, values, values.nbytes)
-        return values
+        return self._cache.get_or_compute(
+            self._key(_COLUMN, trial_id, (f.name, statistic)),
+            lambda: self._series_index(trial_id, f).read_statistic(statistic), _nbytes)
 
     def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
                     aggregation: str, statistic: str, iteration: int | None = None,
@@ -789,6 +778,10 @@ class Group:
         """The edited input a probe was submitted with."""
         from .flows import read_probe_input
         return read_probe_input(self.path, trial_id, probe_id)
+
+
+def _nbytes(value: Any) -> int:
+    return int(value.nbytes)
 
 
 def _same_record(a: TensorRecord, b: TensorRecord) -> bool:
