@@ -50,11 +50,17 @@ def read_step(f: TensorFile, step: int) -> pa.Table:
                          schema=TENSORS_SCHEMA)
 
 
+#: Bytes a parsed footer holds per column chunk (the Thrift structures and statistics in
+#: pyarrow's FileMetaData: ~900 measured for the tensors table, 889 row groups x 26
+#: columns = 20 MB, ten times the footer's size on disk).
+FOOTER_BYTES_PER_CHUNK = 1024
+
+
 class Footer:
     """The footer of a tensors file and each row group's steps, read once: a compacted
     trial of 100,000 steps has ~1,000 row groups and a 3 MB footer, which a filtered
     read parsed again for every step (0.5 s; from the footer, the step's row group
-    reads in ~5 ms)."""
+    reads in ~5 ms). Parsed it takes ~1 KB per column chunk (:attr:`nbytes`)."""
 
     def __init__(self, path: Path):
         fs, where = files_for(path).arrow(path)
@@ -68,7 +74,9 @@ class Footer:
             stats = self.metadata.row_group(i).column(column).statistics
             if stats is not None and stats.has_min_max:
                 self.lo[i], self.hi[i] = stats.min, stats.max
-        self.nbytes = 3 * self.metadata.serialized_size + self.lo.nbytes + self.hi.nbytes
+        chunks = groups * self.metadata.num_columns
+        self.nbytes = (self.metadata.serialized_size + FOOTER_BYTES_PER_CHUNK * chunks
+                       + self.lo.nbytes + self.hi.nbytes)
 
     def read_step(self, step: int) -> pa.Table:
         """Every row of one step, values included (the row groups that may hold it)."""
@@ -99,103 +107,177 @@ def overlapping(files: Iterable[TensorFile]) -> bool:
     return any(a[1] >= b[0] for a, b in itertools.pairwise(ranges))
 
 
+#: Rows per batch while a series index is built or a statistic column is read: the peak
+#: of a build is what the index keeps plus one batch, not the file's key columns (8
+#: columns of 15 million rows and their grouping took 1.1 GB at 100,000 steps).
+BATCH_ROWS = 1 << 16
+#: Rows of a layout matrix compared at once while the layouts are found (2 bytes each).
+_LAYOUT_CHUNK_ROWS = 1 << 20
+
+
+class _Words:
+    """Dense codes of the names of one dictionary column over many batches (each row
+    group has a dictionary of its own; most are the same, so each is mapped once)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self._mappings: dict[tuple, np.ndarray] = {}
+
+    def encode(self, array: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(array.type):
+            array = array.dictionary_encode()  # a file written with plain strings
+        names = tuple(array.dictionary.to_pylist())
+        mapping = self._mappings.get(names)
+        if mapping is None:
+            mapping = self._mappings[names] = np.array(
+                [self.codes.setdefault(w, len(self.codes)) for w in names] or [0], np.int32)
+        return mapping[array.indices.to_numpy(zero_copy_only=False)]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.codes)
+
+
 class SeriesIndex:
     """Which rows of one tensors file belong to which tensor (no statistics, no values).
 
-    Rows are grouped once, by the dictionary codes of node, role, recording type and
-    aggregation plus the sample index, so a series is a lookup and a ``take`` instead of
-    a scan that compares strings over the whole trial. It keeps 4 bytes per row (the
-    grouped row order) and one entry per (step, iteration): the file's rows are sorted
-    by step and iteration (docs/FORMAT.md), so a row's step is found by bisection. The
-    statistics are read column by column when asked for (:meth:`read_statistic`): a
-    trial of 100,000 steps has ~15 million rows, and holding every statistic of every
-    row took ~2 GB, more than any cache bound.
+    The writer writes a file as blocks of rows, one per (step, iteration), and almost
+    every block of a trial lists its tensors in one of a few orders (its *layout*). So
+    the index keeps one entry per block (where it starts, its step, iteration, type of
+    execution and layout) and each distinct layout once, as the tensor of each of its
+    rows: the rows of a tensor are each block's start plus the tensor's place in the
+    block's layout, found without a scan (~25 bytes a block and 2 a layout row: 3 MB
+    for 100,000 steps of 146 rows, where the grouped row order took 4 bytes a row, 60
+    MB). A file in another order (blocks of one row, every layout different) still
+    works: its layouts are then the rows themselves. The statistics are read column by
+    column when asked for (:meth:`read_statistic`). Built in batches
+    (:data:`BATCH_ROWS`), so the build's peak is the index plus one batch.
     """
 
     KEY_COLUMNS = ("training_step", "type_of_execution", "iteration", "node", "role",
                    "recording_type", "aggregation", "sample_index")
     KEYS = ("node", "role", "recording_type", "aggregation")
 
-    def __init__(self, path: Path, codes: dict[str, dict[str, int]], radix: list[int],
-                 order: np.ndarray, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+    def __init__(self, path: Path, num_rows: int, codes: dict[str, dict[str, int]],
+                 groups: dict[tuple[int, ...], int], toe_names: list[str],
                  pair_starts: np.ndarray, pair_steps: np.ndarray, pair_iterations: np.ndarray,
-                 pair_toe: np.ndarray):
+                 pair_toe: np.ndarray, pair_layout: np.ndarray, layout_rows: np.ndarray,
+                 layout_starts: np.ndarray):
         self.path = path
-        self.codes, self.radix = codes, radix
-        self.order, self.keys, self.starts, self.ends = order, keys, starts, ends
+        self.num_rows = int(num_rows)
+        self.codes, self.groups = codes, groups  # names -> codes; codes -> tensor number
+        self.toe_names = np.asarray(toe_names, dtype=object)
         self.pair_starts, self.pair_steps = pair_starts, pair_steps
         self.pair_iterations, self.pair_toe = pair_iterations, pair_toe
-        self.num_rows = len(order)
-        self.nbytes = sum(a.nbytes for a in (order, keys, starts, ends, pair_starts,
-                                               pair_steps, pair_iterations)) + 64 * len(pair_toe)
+        self.pair_layout = pair_layout
+        # the tensor number of each row of each layout; where each layout starts there
+        self.layout_rows, self.layout_starts = layout_rows, layout_starts
+        words = sum(len(c) for c in codes.values()) + len(toe_names)
+        self.nbytes = (sum(a.nbytes for a in (pair_starts, pair_steps, pair_iterations,
+                                              pair_toe, pair_layout, layout_rows,
+                                              layout_starts))
+                       + 200 * len(groups) + 120 * words + 1024)
 
     @classmethod
     def build(cls, path: Path) -> SeriesIndex:
-        columns, dictionaries = {}, {}
+        fs, where = files_for(path).arrow(path)
+        file = pq.ParquetFile(where, filesystem=fs)
+        absent = [c for c in cls.KEY_COLUMNS if c not in file.schema_arrow.names]
+        if absent:
+            raise ValueError(f"a tensors file without the column(s) {', '.join(absent)}")
+        words = {k: _Words() for k in ("type_of_execution", *cls.KEYS)}
+        groups: dict[tuple[int, ...], int] = {}
+        seen: dict[tuple, np.ndarray] = {}
+        # the tensor number of every row, 2 bytes a row while there are few tensors
+        tensors = np.empty(file.metadata.num_rows, np.uint16)
+        pairs: list[list[np.ndarray]] = [[], [], [], []]  # starts, steps, iterations, types
+        last: tuple[int, int, int] | None = None
         n = 0
-        for name in cls.KEY_COLUMNS:  # one at a time: the peak is one column, not eight
-            col = _read_table(path, columns=[name], schema=TENSORS_SCHEMA).column(0)
-            n = len(col)
-            if pa.types.is_dictionary(col.type):
-                columns[name], dictionaries[name] = _dictionary_codes(col)
-            else:
-                columns[name] = col.to_numpy()
-            del col
-        steps, iterations = columns.pop("training_step"), columns.pop("iteration")
-        pair_change = np.ones(n, bool)
-        if n > 1:
-            pair_change[1:] = (steps[1:] != steps[:-1]) | (iterations[1:] != iterations[:-1])
-        pair_starts = np.flatnonzero(pair_change)
-        pair_steps, pair_iterations = steps[pair_starts], iterations[pair_starts]
-        toe = np.asarray(dictionaries["type_of_execution"], dtype=object)
-        toe_codes = columns.pop("type_of_execution")
-        pair_toe = toe[toe_codes[pair_starts]]
-        sorted_pairs = bool(np.all((pair_steps[1:] > pair_steps[:-1]) | (
-            (pair_steps[1:] == pair_steps[:-1]) & (pair_iterations[1:] > pair_iterations[:-1]))))
-        if not sorted_pairs:  # not the writer's order: one entry per row instead
-            pair_starts = np.arange(n)
-            pair_steps, pair_iterations = steps, iterations
-            pair_toe = toe[toe_codes]
-        del steps, iterations, toe_codes
-        samples = columns["sample_index"].astype(np.int64) + 1  # -1 -> 0
-        radix = [len(dictionaries[k]) for k in cls.KEYS] + [int(samples.max(initial=0)) + 1]
-        key = np.zeros(n, np.int64)
-        for part, size in zip([columns[k] for k in cls.KEYS] + [samples], radix):
-            key = key * size + part
-        del columns, samples
-        order, keys, counts = _stable_group_order(key)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        for batch in file.iter_batches(batch_size=BATCH_ROWS, columns=list(cls.KEY_COLUMNS),
+                                        use_threads=False):
+            m = batch.num_rows
+            if not m:
+                continue
+            col = dict(zip(batch.schema.names, batch.columns))
+            steps = col["training_step"].to_numpy(zero_copy_only=False).astype(np.int64)
+            iterations = col["iteration"].to_numpy(zero_copy_only=False).astype(np.int64)
+            toe = words["type_of_execution"].encode(col["type_of_execution"])
+            change = np.empty(m, bool)
+            change[0] = last != (steps[0], iterations[0], toe[0])
+            change[1:] = ((steps[1:] != steps[:-1]) | (iterations[1:] != iterations[:-1])
+                          | (toe[1:] != toe[:-1]))
+            starts = np.flatnonzero(change)
+            for part, values in zip(pairs, (starts + n, steps[starts],
+                                            iterations[starts].astype(np.int32), toe[starts])):
+                part.append(values)
+            last = (int(steps[-1]), int(iterations[-1]), int(toe[-1]))
+            samples = col["sample_index"].to_numpy(zero_copy_only=False).astype(np.int64) + 1
+            keys = [words[k].encode(col[k]) for k in cls.KEYS] + [samples]
+            numbers = _tensor_numbers(keys, groups, seen)
+            if len(groups) > 2**16 and tensors.dtype == np.uint16:
+                tensors = tensors.astype(np.int32)
+            if n + m > len(tensors):
+                raise ValueError(f"{path} has more rows than its footer says")
+            tensors[n:n + m] = numbers
+            n += m
+        tensors = tensors[:n]
+        starts, steps, iterations, toe = (_concatenate(p, t) for p, t in
+                                          zip(pairs, (np.int64, np.int64, np.int32, np.int32)))
+        pair_layout, layout_rows, layout_starts = _layouts(tensors, starts)
         index_type = np.int32 if n < 2**31 else np.int64
-        return cls(path, {k: {v: i for i, v in enumerate(dictionaries[k])} for k in cls.KEYS},
-                   radix, order.astype(index_type), keys, starts, starts + counts,
-                   pair_starts, pair_steps, pair_iterations, pair_toe)
+        return cls(path, n, {k: dict(words[k].codes) for k in cls.KEYS}, groups,
+                   words["type_of_execution"].names, starts.astype(index_type), steps,
+                   iterations, toe, pair_layout, layout_rows, layout_starts)
 
     def rows(self, node: str, role: str, recording_type: str, aggregation: str,
              sample_index: int) -> np.ndarray | None:
         """The rows of one tensor, in file order; None if the file has none."""
-        key = 0
-        for name, value, size in zip(self.KEYS, (node, role, recording_type, aggregation),
-                                     self.radix):
+        codes = []
+        for name, value in zip(self.KEYS, (node, role, recording_type, aggregation)):
             code = self.codes[name].get(value)
             if code is None:
                 return None
-            key = key * size + code
-        sample = sample_index + 1
-        if not 0 <= sample < self.radix[-1]:
+            codes.append(code)
+        tensor = self.groups.get((*codes, int(sample_index) + 1))
+        if tensor is None:
             return None
-        key = key * self.radix[-1] + sample
-        pos = int(np.searchsorted(self.keys, key))
-        if pos >= len(self.keys) or self.keys[pos] != key:
-            return None
-        return self.order[self.starts[pos]:self.ends[pos]]
+        hits = np.flatnonzero(self.layout_rows == tensor)  # its places in the layouts
+        layout = np.searchsorted(self.layout_starts, hits, side="right") - 1
+        places = hits - self.layout_starts[layout]
+        per_layout = np.bincount(layout, minlength=len(self.layout_starts))
+        first = np.cumsum(per_layout) - per_layout  # of each layout's places in ``places``
+        count = per_layout[self.pair_layout]  # the tensor's rows in each block
+        if count.max(initial=0) <= 1:  # the writer's files: at most one row per block
+            blocks = np.flatnonzero(count)
+            return (self.pair_starts[blocks].astype(np.int64)
+                    + places[first[self.pair_layout[blocks]]])
+        blocks = np.repeat(np.arange(len(count)), count)
+        within = np.arange(len(blocks)) - np.repeat(np.cumsum(count) - count, count)
+        return (self.pair_starts[blocks].astype(np.int64)
+                + places[first[self.pair_layout[blocks]] + within])
 
     def read_statistic(self, statistic: str) -> np.ndarray:
         """One statistic of every row of the file, as float32 as stored (NaN where null;
-        4 bytes a row, 58 MB for 100,000 steps)."""
-        column = _read_table(self.path, columns=[statistic], schema=TENSORS_SCHEMA).column(0)
-        if column.null_count:
-            column = column.fill_null(float("nan"))
-        return column.to_numpy().astype(np.float32, copy=False)
+        4 bytes a row, 58 MB for 100,000 steps), read in batches into one array."""
+        fs, where = files_for(self.path).arrow(self.path)
+        file = pq.ParquetFile(where, filesystem=fs)
+        out = np.empty(self.num_rows, np.float32)
+        if statistic not in file.schema_arrow.names:  # written before it was computed
+            out.fill(np.nan)
+            return out
+        done = 0
+        for batch in file.iter_batches(batch_size=BATCH_ROWS, columns=[statistic]):
+            column = batch.column(0)
+            if column.null_count:
+                column = column.fill_null(float("nan"))
+            if done + len(column) > self.num_rows:
+                break
+            out[done:done + len(column)] = column.to_numpy(zero_copy_only=False)
+            done += len(column)
+        if done != self.num_rows or file.metadata.num_rows != self.num_rows:
+            raise ValueError(f"{self.path} has {file.metadata.num_rows} rows, its series index "
+                             f"{self.num_rows}: the file changed since it was indexed")
+        return out
 
     def series(self, rows: np.ndarray, values: np.ndarray) -> pd.DataFrame:
         """The series of ``rows`` (from :meth:`rows`) with ``values`` (from
@@ -203,43 +285,87 @@ class SeriesIndex:
         pair = np.searchsorted(self.pair_starts, rows, side="right") - 1
         return pd.DataFrame({
             "training_step": self.pair_steps[pair].astype(np.int64),
-            "type_of_execution": self.pair_toe[pair],
+            "type_of_execution": self.toe_names[self.pair_toe[pair]],
             "iteration": self.pair_iterations[pair].astype(np.int32),
             "value": values[rows].astype(np.float64),
         })
 
 
-def _dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """The codes of a dictionary column into one dictionary for all its chunks (each row
-    group has its own; most are the same, so each distinct one is mapped once)."""
-    words: dict[str, int] = {}
-    mappings: dict[tuple, np.ndarray] = {}
-    parts = []
-    for chunk in column.chunks:
-        names = tuple(chunk.dictionary.to_pylist())
-        mapping = mappings.get(names)
-        if mapping is None:
-            mapping = mappings[names] = np.array(
-                [words.setdefault(w, len(words)) for w in names] or [0], dtype=np.int32)
-        parts.append(mapping[chunk.indices.to_numpy(zero_copy_only=False)])
-    codes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    return codes, list(words)
+def _concatenate(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
-def _stable_group_order(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the rows ordered by ``key``, file order kept within a key; the distinct keys,
-    ascending; how many rows each has). With few distinct keys they are numbered densely
-    first, so that numpy sorts 16-bit numbers (a radix sort) instead of 64-bit ones."""
-    if len(key) and 0 <= int(key.min()) and int(key.max()) < 2**26:
-        counts = np.bincount(key)
-        present = np.flatnonzero(counts)
-        if len(present) < 2**16:
-            dense = np.zeros(len(counts), np.uint16)
-            dense[present] = np.arange(len(present), dtype=np.uint16)
-            return np.argsort(dense[key], kind="stable"), present, counts[present]
-    order = np.argsort(key, kind="stable")
-    keys, counts = np.unique(key[order], return_counts=True)
-    return order, keys, counts
+def _tensor_numbers(keys: list[np.ndarray], groups: dict[tuple[int, ...], int],
+                    seen: dict[tuple, np.ndarray]) -> np.ndarray:
+    """The tensor number of each row of a batch, from its key codes (node, role,
+    recording type, aggregation, sample + 1); ``groups`` numbers the tensors seen so far
+    and learns the new ones (``seen``: the numbers of the key sets of earlier batches,
+    which most batches repeat)."""
+    radix = [int(k.max()) + 1 for k in keys]
+    if min(int(k.min()) for k in keys) < 0 or float(np.prod(radix, dtype=float)) >= 2**62:
+        raise ValueError("a tensors file with a sample index below -1")
+    key = np.zeros(len(keys[0]), np.int64)
+    for part, size in zip(keys, radix):
+        key = key * size + part
+    if key.max() < 2**22:  # dense: count instead of sorting
+        present = np.flatnonzero(np.bincount(key))
+        inverse = None
+    else:
+        present, inverse = np.unique(key, return_inverse=True)
+    memo = (tuple(radix), present.tobytes())
+    numbers = seen.get(memo)
+    if numbers is None:
+        numbers = np.empty(len(present), np.int32)
+        for j, value in enumerate(present.tolist()):
+            code = []
+            for size in reversed(radix):
+                value, part = divmod(value, size)
+                code.append(part)
+            numbers[j] = groups.setdefault(tuple(reversed(code)), len(groups))
+        seen[memo] = numbers
+    if inverse is not None:
+        return numbers[inverse.reshape(-1)]
+    lookup = np.zeros(int(present[-1]) + 1, np.int32)
+    lookup[present] = numbers
+    return lookup[key]
+
+
+def _layouts(tensors: np.ndarray, starts: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each block's layout, the layouts' rows one after another, where each starts).
+
+    Blocks of one length are compared a chunk at a time as the rows of a matrix, by a
+    hash of each row (sorting the rows themselves took seconds); rows whose hashes
+    match are checked equal, and a chunk where two differ is sorted row by row."""
+    lengths = np.diff(np.append(starts, len(tensors)))
+    pair_layout = np.zeros(len(starts), np.int32)
+    found: dict[bytes, int] = {}
+    layouts: list[np.ndarray] = []
+    rng = np.random.default_rng(0)
+    for length in np.unique(lengths).tolist():
+        blocks = np.flatnonzero(lengths == length)
+        chunk = max(1, _LAYOUT_CHUNK_ROWS // max(length, 1))
+        weights = rng.integers(1, 2**63, size=length, dtype=np.uint64) | np.uint64(1)
+        for c in range(0, len(blocks), chunk):
+            chosen = blocks[c:c + chunk]
+            matrix = tensors[starts[chosen, None] + np.arange(length)]
+            hashes = (matrix.astype(np.uint64) * weights).sum(axis=1)  # wraps around
+            _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            distinct = matrix[first]
+            if not np.array_equal(distinct[inverse], matrix):  # a collision
+                distinct, inverse = np.unique(matrix, axis=0, return_inverse=True)
+                inverse = inverse.reshape(-1)
+            numbers = np.empty(len(distinct), np.int32)
+            for j, row in enumerate(distinct):
+                number = found.setdefault(row.tobytes(), len(found))
+                if number == len(layouts):
+                    layouts.append(row.copy())
+                numbers[j] = number
+            pair_layout[chosen] = numbers[inverse]
+    sizes = np.array([len(x) for x in layouts], np.int64)
+    layout_starts = np.cumsum(sizes) - sizes
+    return pair_layout, _concatenate(layouts, tensors.dtype), layout_starts
 
 
 def empty_series() -> pd.DataFrame:
