@@ -33,6 +33,7 @@ from comgra_like.query.cache import ByteLRU, estimate_bytes
 from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH, RUNNING
 
 from . import selection as sel
+from .steps import StepList
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 _NAMESPACE = "comgra_like.app"  # the first part of every key the GUI puts in the cache
@@ -84,18 +85,6 @@ class RefreshRecord:
     seconds: float  # the whole refresh
     group_seconds: float  # of which in the query API (opening the group, Group.refresh)
     version: int  # the group's data version after it (0: no group yet)
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """One recorded training step of a trial: its type and the graph of each iteration."""
-
-    training_step: int
-    type_of_execution: str
-    graph_hashes: Mapping[int, str]
-    batch_size: int
-    sample_indices: tuple[int, ...]
-    sample_categories: Mapping[int, str]  # recorded batch index -> category (dynamic recording)
 
 
 class StatisticTable:
@@ -190,22 +179,6 @@ class StatisticTable:
 
 #: The rank selector's value for "all ranks merged" (a distributed recording).
 MERGED_RANKS = "merged"
-
-
-def _as_list(value: Any) -> list:
-    return [] if value is None else list(value)
-
-
-def _list_key(value: Any) -> Any:
-    """A hashable key of a list cell (a numpy array from Arrow, a list, or None), cheap
-    for the numeric arrays that most cells are."""
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        if value.dtype != object:
-            return value.dtype.str, value.tobytes()
-        return tuple(value.tolist())
-    return tuple(value)
 
 
 class AppData:
@@ -360,14 +333,9 @@ class AppData:
         The views keep their models here too; a key that depends on data that can grow
         must contain :meth:`trial_version`.
         """
-        missing = object()
-        key = (_NAMESPACE, key)  # the group's keys share the cache
-        value = self.cache.get(key, missing)
-        if value is missing:
-            value = compute()
-            if value is not None:  # "not there yet" must be asked again next time
-                self.cache.put(key, value, size(value))
-        return value
+        # The group's keys share the cache; computed once however many callbacks ask
+        # at the same time. None ("not there yet") is never kept: asked again next time.
+        return self.cache.get_or_compute((_NAMESPACE, key), compute, size)
 
     def trial_ids(self) -> list[str]:
         if self._group is None:
@@ -379,23 +347,24 @@ class AppData:
             return None
         return next((t for t in self._group.list_trials() if t.trial_id == trial_id), None)
 
-    def steps(self, trial_id: str) -> dict[int, StepInfo]:
-        """The recorded steps of a trial, by training step (sorted)."""
+    def steps(self, trial_id: str) -> StepList:
+        """The recorded steps of a trial, by training step (sorted; a compact mapping the
+        cache counts at its size, :mod:`app.steps`)."""
         if self._group is None or trial_id not in self.trial_ids():
-            return {}
+            return StepList.empty()
         key = ("steps", trial_id, self.trial_version(trial_id))
         return self.cached(
             key,
-            lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id), {}),
+            lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id),
+                                 StepList.empty()),
+            lambda steps: steps.nbytes,
         )
 
     def types_of_execution(self, trial_id: str) -> tuple[str, ...]:
         """The types of execution of a trial's recorded steps, sorted."""
         key = ("types_of_execution", trial_id, self.trial_version(trial_id))
         steps = self.steps(trial_id)
-        return self.cached(
-            key, lambda: tuple(sorted({s.type_of_execution for s in steps.values()}))
-        )
+        return self.cached(key, steps.types_of_execution)
 
     def step_options(self, trial_id: str, type_of_execution: str) -> tuple[int, ...]:
         """The recorded steps of one type of execution (all of them for ``ANY_TYPE``).
@@ -403,53 +372,13 @@ class AppData:
         Cached: the selection asks for them many times per call (thousands of steps)."""
         key = ("step_options", trial_id, self.trial_version(trial_id), type_of_execution)
         steps = self.steps(trial_id)
-        return self.cached(
-            key,
-            lambda: tuple(
-                s
-                for s, info in steps.items()
-                if type_of_execution == ANY_TYPE or info.type_of_execution == type_of_execution
-            ),
-        )
+        return self.cached(key, lambda: steps.steps_of(type_of_execution))
 
-    def _build_steps(self, trial_id: str) -> dict[int, StepInfo]:
+    def _build_steps(self, trial_id: str) -> StepList:
         frame = self._group.list_steps(trial_id).sort_values(
             ["training_step", "iteration"], kind="stable"
         )
-        # Whole columns as lists and one pass over the rows: a groupby with a frame per
-        # step took minutes for a trial of 100,000 steps.
-        columns = [
-            frame[c].tolist()
-            for c in ("training_step", "iteration", "graph_hash", "type_of_execution",
-                      "batch_size")
-        ]
-        samples_column = frame["sample_indices"].tolist()
-        categories_column = frame["sample_categories"].tolist()
-        # Most steps share their samples and categories: built once per distinct pair.
-        shared: dict[tuple, tuple[tuple[int, ...], dict[int, str]]] = {}
-        steps: dict[int, StepInfo] = {}
-        for row, (step, iteration, digest, toe, batch_size) in enumerate(zip(*columns)):
-            step = int(step)
-            info = steps.get(step)
-            if info is not None:  # a later iteration of the step: its graph only
-                info.graph_hashes[int(iteration)] = str(digest)
-                continue
-            raw = (_list_key(samples_column[row]), _list_key(categories_column[row]))
-            parts = shared.get(raw)
-            if parts is None:
-                samples = tuple(int(i) for i in _as_list(samples_column[row]))
-                categories = [str(c) for c in _as_list(categories_column[row])]
-                parts = shared[raw] = (
-                    samples, {i: c for i, c in zip(samples, categories) if c})
-            steps[step] = StepInfo(
-                training_step=step,
-                type_of_execution=str(toe),
-                graph_hashes={int(iteration): str(digest)},
-                batch_size=int(batch_size),
-                sample_indices=parts[0],
-                sample_categories=parts[1],
-            )
-        return steps
+        return StepList.from_frame(frame)
 
     def graph(self, trial_id: str, training_step: int, iteration: int) -> Any | None:
         """The dependency graph of a step and iteration (None if not on disk yet)."""
