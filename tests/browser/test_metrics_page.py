@@ -16,8 +16,10 @@ import pyarrow as pa
 import pytest
 from comgra_like.app import create_app, ids
 from comgra_like.app.pages import metrics as page
+from comgra_like.app.pages import modules as modules_page
 from comgra_like.app.pages import notes as notes_page
 from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.keys import Keys
 
 from comgra_like.format.layout import METRICS, TrialLayout
 from comgra_like.format.schema import METRICS_SCHEMA
@@ -340,6 +342,22 @@ def test_the_rank_selector_shows_each_ranks_metrics_and_notes(dash_duo, ranked):
             values[r]["value"].tolist()) else None, what=f"rank {r}'s values")
         assert y == pytest.approx(values[r]["value"].tolist())
 
+    # the Modules page: a panel's histograms of one rank, the ranks side by side, merged
+    dash_duo.find_element("#nav-modules").click()
+    dash_duo.wait_for_element(f"#{modules_page.RANK_BOX}", timeout=15)
+    wait_until(lambda: dash_duo.find_element(f"#{modules_page.RANK_BOX}").is_displayed(),
+               what="the Modules page's rank selector")
+    dash_duo.select_dcc_dropdown(f"#{modules_page.PICK}", value=module)
+    ActionChains(dash_duo.driver).send_keys(Keys.ESCAPE).perform()  # close its menu
+    dash_duo.wait_for_element(".modules-panel .js-plotly-plot", timeout=15)
+    wait_until(lambda: panel_names(dash_duo) == [trial], what="rank 0's histograms")
+    dash_duo.select_dcc_dropdown(f"#{modules_page.RANK}", value="all ranks side by side")
+    wait_until(lambda: panel_names(dash_duo) == [f"{trial} · rank 0", f"{trial} · rank 1"],
+               what="a grid per rank")
+    dash_duo.select_dcc_dropdown(f"#{modules_page.RANK}", value="all ranks merged")
+    wait_until(lambda: "all ranks merged (re-binned)" in text_of(
+        dash_duo, ".modules-panel .gtitle"), what="the merged histograms")
+
     # the notes say their rank and filter by it
     dash_duo.find_element("#nav-notes").click()
     dash_duo.wait_for_contains_text(f"#{ids.NOTES_LIST}", "2 notes")
@@ -350,3 +368,13 @@ def test_the_rank_selector_shows_each_ranks_metrics_and_notes(dash_duo, ranked):
     assert "rank 0 saw loss" not in text_of(dash_duo, f"#{ids.NOTES_LIST}")
     logs = dash_duo.get_logs()
     assert logs == [], [entry["message"] for entry in logs]
+
+
+def panel_names(dash_duo) -> list[str]:
+    """The names of the first histogram panel's heatmaps as drawn."""
+    return dash_duo.driver.execute_script(
+        """
+        const gd = document.querySelector('.modules-panel .js-plotly-plot');
+        return gd && gd.data ? gd.data.filter((t) => t.type === 'heatmap')
+                                      .map((t) => t.name || '') : [];
+        """)
