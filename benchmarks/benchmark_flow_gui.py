@@ -10,7 +10,7 @@ Prints the median seconds of the Sankey's server callback (``flow.sankey`` in th
 timings): the first show (grouping the memory-mapped flow into blocks, then cached) and
 each later move of the slider (links above the threshold of the grouped flow, figure).
 With --browser, also the time from a click on the slider's track to the new Sankey
-drawn in headless Chromium (benchmarks/screenshot_pages.py's driver).
+drawn in headless Chromium (benchmarks/_browser.py's driver).
 
 With --on-demand, instead: a row of conv1 -> conv2 asked for from the page on a flow
 stored without its matrix (input 8x32x32 -> conv1 16x32x32 -> conv2 32x16x16, both
@@ -252,14 +252,14 @@ def on_demand(args: argparse.Namespace) -> int:
 
 def browser_times(app, page, repeat: int) -> None:
     """Click the slider's track and wait for the Sankey's link count to change."""
-    from screenshot_pages import _driver, _free_port
+    from _browser import free_port, start_chromium
     from selenium.webdriver.common.action_chains import ActionChains
     from werkzeug.serving import make_server
 
-    port = _free_port()
+    port = free_port()
     server = make_server("127.0.0.1", port, app.server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    driver = _driver(1280, 900)
+    driver = start_chromium(1280, 900)
     count = ("const gd = document.querySelector('#flow-sankey .js-plotly-plot');"
              "return gd && gd._fullData && gd._fullData[0] && gd._fullData[0].link ? "
              "gd._fullData[0].link.value.length + ':' + gd.layout.meta.links : null;")

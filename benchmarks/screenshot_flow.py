@@ -19,11 +19,10 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from screenshot_pages import _driver, _free_port
+from _browser import chromium, save_screenshot, served
 
 
 def record(root: Path) -> Path:
@@ -104,11 +103,10 @@ def wait_for(driver, script: str, bound: float = 120) -> None:
         time.sleep(0.2)
 
 
-def walkthrough(out: str, width: int, height: int) -> None:
+def walkthrough(out: Path, width: int, height: int) -> None:
     """The walk-through's page: a unit of conv2 clicked and its row computed on demand."""
     from comgra_like.app import create_app
     from selenium.webdriver.common.action_chains import ActionChains
-    from werkzeug.serving import make_server
 
     from comgra_like.format import flow_requests as fr
 
@@ -117,83 +115,65 @@ def walkthrough(out: str, width: int, height: int) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "comgra_like.scripts.flow_walkthrough",
                                  "--path", tmp, "--max-entries", "100000", "--max-rows", "1",
                                  "--timeout", "600"])
-        driver = server = None
         try:
             end = time.time() + 600
             while time.time() < end and not fr.serving(group, "bars").alive:
                 time.sleep(0.5)
             app = create_app(group, refresh_seconds=1.0)
-            port = _free_port()
-            server = make_server("127.0.0.1", port, app.server, threaded=True)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            driver = _driver(width, height)
-            driver.get(f"http://127.0.0.1:{port}/flow")
-            wait_for(driver, "const gd = document.querySelector('#flow-heatmaps "
-                     ".js-plotly-plot'); return !!(gd && gd._fullData && "
-                     "gd._fullData.length >= 4);")
-            time.sleep(1)
-            driver.execute_script("document.querySelector('#flow-heatmaps')"
-                                  ".scrollIntoView({block: 'center'});")
-            element, dx, dy = driver.execute_script(CLICK_UNIT, 2, 50)  # conv2 map 1, y 2, x 2
-            chain = ActionChains(driver).move_to_element(element)
-            chain.move_by_offset(round(dx) - 1, round(dy)).pause(0.1)
-            chain.move_by_offset(1, 0).pause(0.3).click().perform()
-            wait_for(driver, "const b = document.querySelector('#flow-row-box');"
-                     "return b && b.style.display !== 'none';", 30)
-            button = driver.find_element("css selector", "#flow-row-button")
-            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
-            ActionChains(driver).move_to_element(button).pause(0.2).click().perform()
-            wait_for(driver, "const s = document.querySelector('#flow-row-status');"
-                     "return s && s.textContent.startsWith('Computed');", 120)
-            time.sleep(2)
-            driver.execute_script("document.querySelector('#flow-summary')"
-                                  ".scrollIntoView({block: 'start'});")
-            driver.execute_script("window.scrollBy(0, -70);")
-            time.sleep(0.5)
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            driver.save_screenshot(out)
-            print(f"wrote {out}")
+            with served(app) as base, chromium(width, height) as driver:
+                driver.get(f"{base}/flow")
+                wait_for(driver, "const gd = document.querySelector('#flow-heatmaps "
+                         ".js-plotly-plot'); return !!(gd && gd._fullData && "
+                         "gd._fullData.length >= 4);")
+                time.sleep(1)
+                driver.execute_script("document.querySelector('#flow-heatmaps')"
+                                      ".scrollIntoView({block: 'center'});")
+                element, dx, dy = driver.execute_script(CLICK_UNIT, 2, 50)  # conv2 map 1, y 2, x 2
+                chain = ActionChains(driver).move_to_element(element)
+                chain.move_by_offset(round(dx) - 1, round(dy)).pause(0.1)
+                chain.move_by_offset(1, 0).pause(0.3).click().perform()
+                wait_for(driver, "const b = document.querySelector('#flow-row-box');"
+                         "return b && b.style.display !== 'none';", 30)
+                button = driver.find_element("css selector", "#flow-row-button")
+                driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+                ActionChains(driver).move_to_element(button).pause(0.2).click().perform()
+                wait_for(driver, "const s = document.querySelector('#flow-row-status');"
+                         "return s && s.textContent.startsWith('Computed');", 120)
+                time.sleep(2)
+                driver.execute_script("document.querySelector('#flow-summary')"
+                                      ".scrollIntoView({block: 'start'});")
+                driver.execute_script("window.scrollBy(0, -70);")
+                time.sleep(0.5)
+                save_screenshot(driver, out)
         finally:
-            if driver is not None:
-                driver.quit()
-            if server is not None:
-                server.shutdown()
             proc.wait(timeout=120)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=None, help="default: docs/screenshots/flow.png, or "
-                   "flow_rows.png with --walkthrough")
+    p.add_argument("--out", type=Path, default=None, help="default: docs/screenshots/flow.png, "
+                   "or flow_rows.png with --walkthrough")
     p.add_argument("--size", default="1280x1000")
     p.add_argument("--walkthrough", action="store_true")
     args = p.parse_args(argv)
     width, height = (int(v) for v in args.size.split("x"))
     shots = Path(__file__).parents[1] / "docs" / "screenshots"
     if args.walkthrough:
-        walkthrough(args.out or str(shots / "flow_rows.png"), width, height)
+        walkthrough(args.out or shots / "flow_rows.png", width, height)
         return 0
-    args.out = args.out or str(shots / "flow.png")
+    out = args.out or shots / "flow.png"
     from comgra_like.app import create_app
     from selenium.webdriver.common.action_chains import ActionChains
-    from werkzeug.serving import make_server
 
     with tempfile.TemporaryDirectory() as tmp:
         group = record(Path(tmp))
         app = create_app(group, refresh_seconds=1.0)
-        port = _free_port()
-        server = make_server("127.0.0.1", port, app.server, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        driver = _driver(width, height)
-        try:
-            driver.get(f"http://127.0.0.1:{port}/flow")
-            ready = ("const b = document.querySelector('#flow-before');"
+        with served(app) as base, chromium(width, height) as driver:
+            driver.get(f"{base}/flow")
+            wait_for(driver, "const b = document.querySelector('#flow-before');"
                      "const gd = document.querySelector('#flow-heatmaps .js-plotly-plot');"
                      "return !!(b && b.parentElement.style.display !== 'none' && gd"
-                     " && gd._fullData && gd._fullData.length >= 3);")
-            end = time.time() + 90
-            while time.time() < end and not driver.execute_script(ready):
-                time.sleep(0.2)
+                     " && gd._fullData && gd._fullData.length >= 3);", 90)
             # the edit, beside the flows before it; a higher threshold
             driver.find_element("css selector", "#flow-following").click()
             time.sleep(3)
@@ -221,12 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 "for (const e of document.querySelectorAll('html, body, main, .page, "
                 ".app-shell')) e.scrollTop = 0;")
             time.sleep(0.5)
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            driver.save_screenshot(args.out)
-            print(f"wrote {args.out}")
-        finally:
-            driver.quit()
-            server.shutdown()
+            save_screenshot(driver, out)
     return 0
 
 

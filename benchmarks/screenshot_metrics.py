@@ -11,19 +11,27 @@ every 10 steps, and the loss. The page shows them with --window steps per aggreg
 window (a band when more than 1), and the pointer rests on a point of the spectrum's
 metric, so that its spectrum at that step shows.
 --time-page prints the server time of the page's callbacks (``create_app``'s timings).
-Uses benchmarks/screenshot_pages.py's browser helpers.
+Uses benchmarks/_browser.py's browser helpers.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-from screenshot_pages import _driver, _free_port, _settle, _wait
+from _browser import (
+    chromium,
+    console_errors,
+    group_to_show,
+    print_server_timings,
+    report_errors,
+    save_screenshot,
+    served,
+    settle,
+    wait_for_css,
+)
 
 #: What the recorded run computes (Taiyi's config format).
 CONFIG = {
@@ -99,57 +107,36 @@ def main(argv: list[str] | None = None) -> int:
     from comgra_like.app import create_app
     from selenium.webdriver.common.action_chains import ActionChains
 
-    tmp = None
-    path = args.path
-    if path is None:
-        if args.keep is None:
-            tmp = tempfile.TemporaryDirectory(prefix="comgra_metrics_")
-        started = time.perf_counter()
-        path = record_with_metrics(args.keep or Path(tmp.name), steps=args.steps)
-        print(f"recorded {args.steps} steps in {time.perf_counter() - started:.1f} s: {path}")
-    app = create_app(path, prefetch=False)
-    port = _free_port()
-    threading.Thread(
-        target=lambda: app.run(host="127.0.0.1", port=port, debug=False, use_reloader=False),
-        daemon=True,
-    ).start()
-    time.sleep(1.5)
-    driver = _driver(width, height)
-    errors = []
-    try:
-        started = time.perf_counter()
-        driver.get(f"http://127.0.0.1:{port}/metrics")
-        _wait(driver, ".metrics-card .scatterlayer .points path, .metrics-empty", timeout=60)
-        shown = time.perf_counter() - started
-        _settle(driver)
-        if args.window > 1:
-            window = driver.find_element("css selector", "#metrics-window")
-            window.clear()
-            window.send_keys(f"{args.window}\n")
-            _settle(driver)
-        point = driver.execute_script(_POINT, VECTOR)
-        if point is not None:
-            ActionChains(driver).move_to_element(point).perform()
-            _settle(driver)
-            driver.execute_script("window.scrollTo(0, 0)")
-        if args.time_page:
-            print(f"browser: figures shown {shown:.2f} s after loading /metrics")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(args.out))
-        print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB)")
-        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
-        if args.time_page:
-            for name, row in app.comgra_parts.timings.summary().items():
-                if name.startswith("metrics."):
-                    print(f"{name}: {row['count']} calls, median {row['median_ms']:.0f} ms, "
-                          f"max {row['max_ms']:.0f} ms (server)")
-    finally:
-        driver.quit()
-        if tmp is not None:
-            tmp.cleanup()
-    for error in errors:
-        print("console error:", error.get("message"), file=sys.stderr)
-    return 1 if errors else 0
+    def record(root: Path) -> Path:
+        return record_with_metrics(root, steps=args.steps)
+
+    with group_to_show(args.path, args.keep, "comgra_metrics_", record,
+                       f"{args.steps} steps") as path:
+        app = create_app(path, prefetch=False)
+        with served(app) as base, chromium(width, height) as driver:
+            started = time.perf_counter()
+            driver.get(f"{base}/metrics")
+            wait_for_css(driver, ".metrics-card .scatterlayer .points path, .metrics-empty",
+                         timeout=60)
+            shown = time.perf_counter() - started
+            settle(driver)
+            if args.window > 1:
+                window = driver.find_element("css selector", "#metrics-window")
+                window.clear()
+                window.send_keys(f"{args.window}\n")
+                settle(driver)
+            point = driver.execute_script(_POINT, VECTOR)
+            if point is not None:
+                ActionChains(driver).move_to_element(point).perform()
+                settle(driver)
+                driver.execute_script("window.scrollTo(0, 0)")
+            if args.time_page:
+                print(f"browser: figures shown {shown:.2f} s after loading /metrics")
+            save_screenshot(driver, args.out)
+            errors = console_errors(driver)
+            if args.time_page:
+                print_server_timings(app, "metrics.")
+    return report_errors(errors)
 
 
 if __name__ == "__main__":

@@ -9,19 +9,28 @@ in-place ReLU called twice, a nested Sequential head) with ``comgra_like.watch``
 temporary folder first (needs torch). The page opens the module named by --open (a click
 on it in the module graph) and picks --pick as well, so two histogram panels show.
 --time-page prints the server time of the page's callbacks (``create_app``'s timings).
-Uses benchmarks/screenshot_pages.py's browser helpers.
+Uses benchmarks/_browser.py's browser helpers.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-from screenshot_pages import _driver, _free_port, _settle, _wait
+from _browser import (
+    chromium,
+    console_errors,
+    group_to_show,
+    park_pointer,
+    print_server_timings,
+    report_errors,
+    save_screenshot,
+    served,
+    settle,
+    wait_for_css,
+)
 
 _CLICK = """
 const gd = document.querySelector('#modules-graph .js-plotly-plot');
@@ -81,16 +90,16 @@ def record_watched(root: Path, steps: int = 60, log_freq: int = 1) -> Path:
     return group
 
 
-def _click(driver, name: str, settle: bool = True) -> None:
+def _click(driver, name: str, wait: bool = True) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
     point = driver.execute_script(_CLICK, name)
     if point is None:
         raise SystemExit(f"no module {name!r} in the module graph")
     ActionChains(driver).move_to_element(point).click().perform()
-    ActionChains(driver).move_to_element(driver.find_element("css selector", ".brand")).perform()
-    if settle:
-        _settle(driver)
+    park_pointer(driver)
+    if wait:
+        settle(driver)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,57 +118,36 @@ def main(argv: list[str] | None = None) -> int:
 
     from comgra_like.app import create_app
 
-    tmp = None
-    path = args.path
-    if path is None:
-        if args.keep is None:
-            tmp = tempfile.TemporaryDirectory(prefix="comgra_modules_")
-        started = time.perf_counter()
-        path = record_watched(args.keep or Path(tmp.name), steps=args.steps)
-        print(f"recorded {args.steps} steps in {time.perf_counter() - started:.1f} s: {path}")
-    app = create_app(path, prefetch=False)
-    port = _free_port()
-    threading.Thread(
-        target=lambda: app.run(host="127.0.0.1", port=port, debug=False, use_reloader=False),
-        daemon=True,
-    ).start()
-    time.sleep(1.5)
-    driver = _driver(width, height)
-    errors = []
-    try:
-        started = time.perf_counter()
-        driver.get(f"http://127.0.0.1:{port}/modules")
-        _wait(driver, "#modules-graph .scatterlayer .point", timeout=60)
-        shown = time.perf_counter() - started
-        _settle(driver)
-        started = time.perf_counter()
-        _click(driver, args.open, settle=False)
-        _wait(driver, ".modules-panel .heatmaplayer image, .modules-panel .hm image", timeout=30)
-        panel = time.perf_counter() - started
-        _settle(driver)
-        if args.pick:
-            _click(driver, args.pick)
-            _wait(driver, ".modules-panel + .modules-panel", timeout=30)
-            _settle(driver)
-        if args.time_page:
-            print(f"browser: module graph shown {shown:.2f} s after loading /modules, "
-                  f"a histogram panel {panel:.2f} s after a click on a module")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(args.out))
-        print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB)")
-        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
-        if args.time_page:
-            for name, row in app.comgra_parts.timings.summary().items():
-                if name.startswith("modules."):
-                    print(f"{name}: {row['count']} calls, median {row['median_ms']:.0f} ms, "
-                          f"max {row['max_ms']:.0f} ms (server)")
-    finally:
-        driver.quit()
-        if tmp is not None:
-            tmp.cleanup()
-    for error in errors:
-        print("console error:", error.get("message"), file=sys.stderr)
-    return 1 if errors else 0
+    def record(root: Path) -> Path:
+        return record_watched(root, steps=args.steps)
+
+    with group_to_show(args.path, args.keep, "comgra_modules_", record,
+                       f"{args.steps} steps") as path:
+        app = create_app(path, prefetch=False)
+        with served(app) as base, chromium(width, height) as driver:
+            started = time.perf_counter()
+            driver.get(f"{base}/modules")
+            wait_for_css(driver, "#modules-graph .scatterlayer .point", timeout=60)
+            shown = time.perf_counter() - started
+            settle(driver)
+            started = time.perf_counter()
+            _click(driver, args.open, wait=False)
+            wait_for_css(driver, ".modules-panel .heatmaplayer image, .modules-panel .hm image",
+                         timeout=30)
+            panel = time.perf_counter() - started
+            settle(driver)
+            if args.pick:
+                _click(driver, args.pick)
+                wait_for_css(driver, ".modules-panel + .modules-panel", timeout=30)
+                settle(driver)
+            if args.time_page:
+                print(f"browser: module graph shown {shown:.2f} s after loading /modules, "
+                      f"a histogram panel {panel:.2f} s after a click on a module")
+            save_screenshot(driver, args.out)
+            errors = console_errors(driver)
+            if args.time_page:
+                print_server_timings(app, "modules.")
+    return report_errors(errors)
 
 
 if __name__ == "__main__":

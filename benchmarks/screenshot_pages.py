@@ -20,21 +20,23 @@ max |x| (the origin of the Inf outlined red).
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from _browser import (
+    chromium,
+    console_errors,
+    park_pointer,
+    report_errors,
+    save_screenshot,
+    served,
+    settle,
+    wait_for_css,
+)
+
 from comgra_like import paths
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _record_example(root: Path) -> Path:
@@ -91,77 +93,22 @@ def _record_faulty(root: Path) -> Path:
 def _faulty_screenshots(driver, base: str, out: Path, width: int, height: int) -> None:
     """The Findings page of the faulty run, then its first NaN/Inf painted on the graph."""
     from comgra_like.app.pages import tensors
-    from selenium.webdriver.common.action_chains import ActionChains
 
     driver.get(base + "/findings")
-    _wait(driver, ".finding-row[data-severity='error']", timeout=60)
-    _settle(driver)
-    shots = [out / f"findings_faulty_{width}x{height}.png",
-             out / f"painted_graph_{width}x{height}.png"]
-    driver.save_screenshot(str(shots[0]))
+    wait_for_css(driver, ".finding-row[data-severity='error']", timeout=60)
+    settle(driver)
+    save_screenshot(driver, out / f"findings_faulty_{width}x{height}.png")
     driver.find_element("css selector", ".finding-row[data-severity='error']").click()
-    _wait(driver, "#dependency-graph-container .scatterlayer .point")
-    _settle(driver)
+    wait_for_css(driver, "#dependency-graph-container .scatterlayer .point")
+    settle(driver)
     driver.find_element("css selector", f"#{tensors.PAINT_STATISTIC}").click()
     time.sleep(0.5)
     next(o for o in driver.find_elements("css selector", ".dash-dropdown-option")
          if o.text == "max |x|").click()
-    _wait(driver, "#dependency-graph-container .colorbar")
-    ActionChains(driver).move_to_element(driver.find_element("css selector", ".brand")).perform()
-    _settle(driver)
-    driver.save_screenshot(str(shots[1]))
-    for shot in shots:
-        print(f"wrote {shot} ({shot.stat().st_size // 1024} KiB)")
-
-
-def _driver(width: int, height: int):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-
-    options = Options()
-    options.binary_location = os.environ.get("DASH_TEST_CHROMEPATH", "/usr/bin/chromium")
-    for arg in [
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        f"--window-size={width},{height}",
-        "--disable-extensions",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-    ]:
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
-    driver = webdriver.Chrome(options=options)
-    driver.set_window_size(width, height)
-    # the window size includes no browser chrome in headless mode; make the viewport exact
-    inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
-    driver.set_window_size(width + (width - inner[0]), height + (height - inner[1]))
-    return driver
-
-
-def _wait(driver, css: str, timeout: float = 20) -> None:
-    """Wait until an element matching ``css`` exists."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
-
-
-def _settle(driver, timeout: float = 10) -> None:
-    """Wait until Dash marks no component as loading, then a little for plotly to draw."""
-    end = time.time() + timeout
-    while time.time() < end:
-        busy = driver.execute_script(
-            "return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"
-        )
-        if not busy:
-            break
-        time.sleep(0.1)
-    time.sleep(0.8)
+    wait_for_css(driver, "#dependency-graph-container .colorbar")
+    park_pointer(driver)
+    settle(driver)
+    save_screenshot(driver, out / f"painted_graph_{width}x{height}.png")
 
 
 _FIND_NODE = """
@@ -202,9 +149,8 @@ def _click_node(driver, name: str | None) -> bool:
     if point is None:
         return False
     ActionChains(driver).move_to_element(point).click().perform()
-    # move the mouse off the graph so that no hover label covers the screenshot
-    ActionChains(driver).move_to_element(driver.find_element("css selector", ".brand")).perform()
-    _settle(driver)
+    park_pointer(driver)
+    settle(driver)
     return True
 
 
@@ -217,7 +163,7 @@ def _next(driver, field: str, times: int) -> None:
         if not button.is_enabled():
             break
         button.click()
-        _settle(driver, 5)
+        settle(driver, 5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,50 +200,37 @@ def main(argv: list[str] | None = None) -> int:
     plugin = plugin if plugin.exists() else None
     app = create_app(path, visualization_file=plugin)
     pages = [(p.name.lower(), p.path) for p in PAGES if plugin is not None or not p.needs_plugin]
-    port = _free_port()
-    server = threading.Thread(
-        target=lambda: app.run(host="127.0.0.1", port=port, debug=False, use_reloader=False),
-        daemon=True,
-    )
-    server.start()
-    time.sleep(1.5)
-    base = f"http://127.0.0.1:{port}"
     args.out.mkdir(parents=True, exist_ok=True)
-    driver = _driver(width, height)
     errors = []
     try:
-        if args.faulty:
-            _faulty_screenshots(driver, base, args.out, width, height)
-            pages = []
-        for name, route in pages:
-            if name == "visualization":
-                # the selection lives in the tab: pick the plugin's node on the Tensors page
-                driver.get(base + "/")
-                _wait(driver, "#dependency-graph-container .scatterlayer .point")
-                _settle(driver)
-                # a step with several iterations (the tutorial's 05_iterations), its last one
-                _next(driver, "type_of_execution", 5)
-                _next(driver, "iteration", 50)
-                if _click_node(driver, args.plugin_node):
-                    _next(driver, "aggregation", 3)  # mean, abs max, std, then Sample 0
-            driver.get(base + route)
-            _wait(driver, ".page > *")
-            if name == "tensors":
-                _wait(driver, "#dependency-graph-container .scatterlayer .point")
-                _settle(driver)
-                _click_node(driver, None)
-            _settle(driver)
-            target = args.out / f"{name}_{width}x{height}.png"
-            driver.save_screenshot(str(target))
-            print(f"wrote {target} ({target.stat().st_size // 1024} KiB)")
-            errors += [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        with served(app) as base, chromium(width, height) as driver:
+            if args.faulty:
+                _faulty_screenshots(driver, base, args.out, width, height)
+                pages = []
+            for name, route in pages:
+                if name == "visualization":
+                    # the selection lives in the tab: pick the plugin's node on the Tensors page
+                    driver.get(base + "/")
+                    wait_for_css(driver, "#dependency-graph-container .scatterlayer .point")
+                    settle(driver)
+                    # a step with several iterations (the tutorial's 05_iterations), its last
+                    _next(driver, "type_of_execution", 5)
+                    _next(driver, "iteration", 50)
+                    if _click_node(driver, args.plugin_node):
+                        _next(driver, "aggregation", 3)  # mean, abs max, std, then Sample 0
+                driver.get(base + route)
+                wait_for_css(driver, ".page > *")
+                if name == "tensors":
+                    wait_for_css(driver, "#dependency-graph-container .scatterlayer .point")
+                    settle(driver)
+                    _click_node(driver, None)
+                settle(driver)
+                save_screenshot(driver, args.out / f"{name}_{width}x{height}.png")
+                errors += console_errors(driver)
     finally:
-        driver.quit()
         if tmp is not None:
             tmp.cleanup()
-    for error in errors:
-        print("console error:", error.get("message"), file=sys.stderr)
-    return 1 if errors else 0
+    return report_errors(errors)
 
 
 if __name__ == "__main__":
