@@ -283,19 +283,36 @@ def section_gui(group: Path, steps: dict[int, int], cache_mb: float, args: argpa
             f"{', '.join(bg.ms(x) for x in node_times)}")
         res.add(f"{tag}: statistic over all steps, server (worst)", bg.ms(worst),
                 "<= 300 ms", "", worst <= TARGETS["statistic"])
-        # ... and in the browser: a statistic chosen in the dropdown until it is drawn
-        drawn = []
-        for name in names[args.statistics: args.statistics + args.browser_statistics]:
+        # ... and in the browser: a statistic chosen in the dropdown until it is drawn,
+        # one not read before (the server reads its column) and then one shown before
+        # (answered from the cache: what the browser and the callback chain cost)
+        fresh = names[args.statistics: args.statistics + args.browser_statistics]
+        # back to the two statistics read last (the cache still holds their columns)
+        previous = fresh[-2] if len(fresh) >= 2 else shown
+        again_names = [previous, fresh[-1]] if fresh else []
+        new: list[dict[str, float]] = []
+        again: list[dict[str, float]] = []
+        for name, runs in [(n, new) for n in fresh] + [(n, again) for n in again_names]:
             try:
-                drawn.append(_choose_statistic(browser, name))
+                runs.append(_choose_statistic(browser, name))
             except TimeoutError as exc:  # reported, the rest goes on
                 say(f"  choosing {name} in the browser: {exc}")
-        if drawn:
-            value = max(drawn)
-            say(f"  across all steps, browser: {', '.join(bg.ms(x) for x in drawn)} from the "
-                "click on the statistic until the series is drawn")
-            res.add(f"{tag}: statistic over all steps, browser (worst of {len(drawn)})",
+        for label, runs in (("not read before", new), ("shown before (cached)", again)):
+            if not runs:
+                continue
+            say(f"  across all steps, browser, a statistic {label}: "
+                f"{', '.join(bg.ms(t['shown']) for t in runs)} from the click until drawn; "
+                "parts (median): " + ", ".join(
+                    f"{k} {bg.ms(bg.median([t[k] for t in runs]))}" for k in STATISTIC_PARTS
+                    if all(k in t for t in runs)))
+        if new:
+            value = max(t["shown"] for t in new)
+            res.add(f"{tag}: statistic over all steps, browser (worst of {len(new)})",
                     bg.ms(value), "<= 300 ms", "", value <= TARGETS["statistic"])
+        if again:
+            value = max(t["shown"] for t in again)
+            res.add(f"{tag}: ... a statistic shown before, browser (worst of {len(again)})",
+                    bg.ms(value))
 
         # memory after all of it
         section_memory(server, idle, idle_live, cache_mb, res)
@@ -351,9 +368,37 @@ def statistic_label(name: str) -> str:
     return plot_text(STATISTIC_LABELS.get(name, name))
 
 
-def _choose_statistic(browser: bg.Browser, name: str) -> float:
-    """Open the statistic dropdown, click ``name``: seconds until the series shows it."""
+#: The parts of "chosen in the browser until drawn" (seconds from the mouse button's
+#: release): the selection callback's request sent and answered, the series callback's
+#: request sent and answered, and Plotly.react of the series figure (start, duration).
+STATISTIC_PARTS = ("selection_sent", "selection_answered", "series_sent", "series_answered",
+                   "react_start", "react")
+
+# Wraps Plotly.react once per page, to time the drawing of each figure.
+REACT_PROBE = """
+var B = window.__bench;
+if (B && window.Plotly && !B.reacts) {
+  B.reacts = [];
+  var original = window.Plotly.react;
+  window.Plotly.react = function (gd) {
+    var rec = {id: (gd && gd.parentElement && gd.parentElement.id) || '', t0: performance.now(),
+               t1: null};
+    B.reacts.push(rec);
+    var out = original.apply(this, arguments);
+    Promise.resolve(out).then(function () { rec.t1 = performance.now(); });
+    return out;
+  };
+}
+return !!(B && B.reacts);
+"""
+
+
+def _choose_statistic(browser: bg.Browser, name: str) -> dict[str, float]:
+    """Open the statistic dropdown, click ``name``: seconds until the series shows it
+    (``shown``: its y-axis title, or the figure saying that it does not apply), and
+    the parts of that time (:data:`STATISTIC_PARTS`)."""
     driver = browser.driver
+    browser.js(REACT_PROBE)
     driver.find_element("css selector", STATISTIC_DROPDOWN).click()
     option = browser.wait(
         "var opts = document.querySelectorAll('.dash-dropdown-options .dash-dropdown-option');"
@@ -361,12 +406,29 @@ def _choose_statistic(browser: bg.Browser, name: str) -> float:
         "  if (opts[i].textContent.trim() === arguments[0]) { return opts[i]; } }"
         "return null;", name, timeout=10, what=f"the option {name}")
     label = json.dumps(statistic_label(name))
+    absent = json.dumps(f"{name} does not apply")
+    graph_id = bg.ids.dom_id(bg.ids.series_graph())
     watcher = browser.arm("mouseup", {
-        "shown": "var gd = B.graph('" + bg.ids.dom_id(bg.ids.series_graph()) + "');"
-        f" return !!(gd && gd._fullLayout && gd._fullLayout.yaxis.title.text === {label})"
-        f" && {bg.IDLE};"})
+        "shown": "var gd = B.graph('" + graph_id + "'); if (!gd || !gd._fullLayout) return false;"
+        " var notes = gd._fullLayout.annotations || [];"
+        f" var drawn = gd._fullLayout.yaxis.title.text === {label} || notes.some(function (a)"
+        f" {{ return String(a.text).indexOf({absent}) === 0; }});"
+        f" return drawn && {bg.IDLE};"})
     option.click()
-    return browser.watcher(watcher)["times"]["shown"]
+    result = browser.watcher(watcher)
+    times = {"shown": result["times"]["shown"]}
+    for output, sent, answered in result["calls"]:
+        if output in ("selection", "series") and f"{output}_sent" not in times:
+            times[f"{output}_sent"], times[f"{output}_answered"] = sent, answered
+    reacts = browser.js(
+        "var B = window.__bench, t0 = B.watchers[arguments[0]].t0;"
+        "var id = arguments[1];"
+        "return (B.reacts || []).filter(function (r) { return r.t0 >= t0 && r.id === id"
+        " && r.t1 !== null; }).map(function (r) { return [(r.t0 - t0) / 1000,"
+        " (r.t1 - r.t0) / 1000]; });", watcher, graph_id)
+    if reacts:
+        times["react_start"], times["react"] = reacts[-1]
+    return times
 
 
 # --- main ------------------------------------------------------------------------------
