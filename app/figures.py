@@ -326,13 +326,20 @@ def series_figure(
     if not np.isfinite(frame["value"].to_numpy(dtype=np.float64)).any():
         return empty_figure(f"{statistic} does not apply to this tensor", height)  # svd_top
     traces = []
-    for toe, part in frame.groupby("type_of_execution", sort=True):
-        part = part.sort_values("training_step", kind="stable")
-        values = part["value"].to_numpy(dtype=np.float64)
+    # numpy, not a pandas groupby and sort: ~3x faster for 100,000 steps (each group's
+    # frame was a copy of every column)
+    all_steps = frame["training_step"].to_numpy(np.int64)
+    all_values = frame["value"].to_numpy(dtype=np.float64)
+    codes, types = pd.factorize(frame["type_of_execution"], sort=True)
+    by_type = np.lexsort((all_steps, codes))  # stable: a step's rows keep their order
+    bounds = np.searchsorted(codes[by_type], np.arange(len(types) + 1))
+    for code, toe in enumerate(types):
+        rows = by_type[bounds[code]:bounds[code + 1]]
+        values = all_values[rows]
         if not np.isfinite(values).any():
             continue
         shown = extremes_per_run(values, MAX_SERIES_POINTS)
-        steps = part["training_step"].to_numpy(np.int64)[shown]
+        steps = all_steps[rows[shown]]
         y = values[shown]
         name = plot_text(toe)
         traces.append(
@@ -426,13 +433,17 @@ def extremes_per_run(values: np.ndarray, max_points: int) -> np.ndarray:
     run_of = np.repeat(np.arange(runs), np.diff(np.append(starts, n)))
     finite = np.isfinite(values)
     clean = np.where(finite, values, np.nan)
+    index = np.arange(n)
+
+    def first_where(mask: np.ndarray) -> np.ndarray:
+        first = np.minimum.reduceat(np.where(mask, index, n), starts)
+        return first[first < n]  # runs where the mask holds somewhere
+
     picked = [np.array([0, n - 1])]
     # fmin/fmax skip NaN; a run without a finite value has NaN there, which no value equals
     for extreme in (np.fmin.reduceat(clean, starts), np.fmax.reduceat(clean, starts)):
-        at = np.flatnonzero(clean == extreme[run_of])
-        picked.append(at[np.unique(run_of[at], return_index=True)[1]])
-    holes = np.flatnonzero(~finite)
-    picked.append(holes[np.unique(run_of[holes], return_index=True)[1]])
+        picked.append(first_where(clean == extreme[run_of]))
+    picked.append(first_where(~finite))
     return np.unique(np.concatenate(picked))
 
 
