@@ -234,9 +234,15 @@ def test_appdata_reads_an_s3_group_live(s3):
         data.refresh()
         assert [t.trial_id for t in data.group.list_trials()] == ["appdata"]
         before = len(_steps(data.group, "appdata"))
+
+        def refreshed_has_more() -> bool:
+            # The child prints a step when it hands it to its writer; the upload follows
+            # at the writer's next flush, later still on a loaded machine.
+            data.refresh()
+            return len(_steps(data.group, "appdata")) > before
+
         _wait(lambda: len(seen) >= before + 4, "more steps")
-        data.refresh()
-        assert len(_steps(data.group, "appdata")) > before
+        _wait(refreshed_has_more, "a refresh that shows the new steps")
     finally:
         _stop(proc, seen)
 
