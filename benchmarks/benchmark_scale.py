@@ -411,7 +411,9 @@ def _choose_statistic(browser: bg.Browser, name: str) -> dict[str, float]:
     watcher = browser.arm("mouseup", {
         "shown": "var gd = B.graph('" + graph_id + "'); if (!gd || !gd._fullLayout) return false;"
         " var notes = gd._fullLayout.annotations || [];"
-        f" var drawn = gd._fullLayout.yaxis.title.text === {label} || notes.some(function (a)"
+        # an empty figure's hidden axis has no title
+        f" var drawn = (gd._fullLayout.yaxis.title || {{}}).text === {label} || notes.some("
+        " function (a)"
         f" {{ return String(a.text).indexOf({absent}) === 0; }});"
         f" return drawn && {bg.IDLE};"})
     option.click()
