@@ -523,7 +523,8 @@ class Group:
         of the same statistic is a ``take``)."""
         return self._cache.get_or_compute(
             self._key(_COLUMN, trial_id, (f.name, statistic)),
-            lambda: self._series_index(trial_id, f).read_statistic(statistic), _nbytes)
+            lambda: self._series_index(trial_id, f).read_statistic(
+                statistic, self._footer(trial_id, f).metadata), _nbytes)
 
     def read_series(self, trial_id: str, node: str, role: str, recording_type: str,
                     aggregation: str, statistic: str, iteration: int | None = None,

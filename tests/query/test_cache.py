@@ -132,9 +132,10 @@ def test_real_footers_and_series_indexes_stay_within_the_bound_and_rebuild_the_s
     steps = [0, 1, 249, 500, 999]
     expected = _answers(reference, steps, tensors, statistics)
     sizes = {k[1]: v[1] for k, v in reference.cache._items.items()}
-    # room for the series index, the footer, one statistic column and a step's table:
-    # everything asked for takes more than twice that
-    bound = sizes["series_index"] + sizes["column"] + sizes["footer"] + 50_000
+    # room for the series index, one statistic column, a step's table and half the
+    # footer: a column's read needs all three of the others, so they evict each other
+    # (and everything asked for takes more than twice that)
+    bound = sizes["series_index"] + sizes["column"] + sizes["footer"] // 2 + 50_000
     assert reference.cache.bytes > 2 * bound
 
     class Watched(ByteLRU):
