@@ -23,8 +23,16 @@ stopped when it ends; a page reads it to say whether anyone will answer a reques
 how to start a serving process when nobody will, instead of waiting forever.
 
 No torch here: the GUI writes requests and reads their state; ``probe/loop.py`` serves.
-Every file is written through the filesystem seam (atomic: a reader sees a request whole
-or not at all); hidden names are files being written.
+Every file is read and written through the filesystem seam of the group
+(:func:`~comgra_like.format.files.files_for`: a local folder or ``s3://``), atomically:
+a reader sees a request whole or not at all (locally a hidden name renamed; on S3 one
+upload under the final name).
+
+Nothing claims a request (S3 has no rename to claim with): one serving process per
+trial is the rule. ``serve`` refuses to start while another process's heartbeat for the
+trial is fresh (:func:`serving`). Two started within the same heartbeat interval would
+both answer each request: its rows stored twice (equal records; a reader takes either)
+and the later result file wins; nothing is lost.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
 from . import flows as ff
-from .files import LOCAL, Files
+from .files import Files, files_for
 from .layout import is_hidden
 
 REQUESTS_DIR = "flow_requests"
@@ -108,13 +116,14 @@ def _record_meta(group: str | os.PathLike, trial_id: str, record_id: str,
 
 
 def request_rows(group: str | os.PathLike, trial_id: str, record_id: str,
-                 units: Iterable[int], files: Files = LOCAL) -> str:
+                 units: Iterable[int], files: Files | None = None) -> str:
     """Ask the serving process for the rows of ``units`` (flat indices into one sample of
     the target node) of the stored flow ``record_id``; returns the request id.
 
     Refused with a clear error when the record is stored whole (its rows are there) or a
     unit is outside the target. The request is one JSON file, written whole.
     """
+    files = files or files_for(group)
     ff.require_trial(group, trial_id, files)
     meta = _record_meta(group, trial_id, record_id, files)
     if meta.get("status") == ff.COMPLETE:
@@ -155,15 +164,17 @@ def _request_ids(folder: Path, files: Files) -> list[str]:
 
 
 def pending_requests(group: str | os.PathLike, trial_id: str,
-                     files: Files = LOCAL) -> list[str]:
+                     files: Files | None = None) -> list[str]:
     """Request ids without a result yet, oldest first."""
+    files = files or files_for(group)
     folder = requests_dir(group, trial_id)
     return [r for r in _request_ids(folder, files)
             if not files.exists(folder / f"{r}{RESULT_SUFFIX}")]
 
 
 def read_request(group: str | os.PathLike, trial_id: str, request_id: str,
-                 files: Files = LOCAL) -> RowRequest:
+                 files: Files | None = None) -> RowRequest:
+    files = files or files_for(group)
     folder = requests_dir(group, trial_id)
     path = folder / f"{ff.check_id(request_id, 'request_id')}.json"
     if not files.is_file(path):
@@ -190,14 +201,16 @@ def read_request(group: str | os.PathLike, trial_id: str, request_id: str,
 
 
 def list_requests(group: str | os.PathLike, trial_id: str,
-                  files: Files = LOCAL) -> list[RowRequest]:
+                  files: Files | None = None) -> list[RowRequest]:
     """Every row request of the trial with its state, oldest first."""
+    files = files or files_for(group)
     folder = requests_dir(group, trial_id)
     return [read_request(group, trial_id, r, files) for r in _request_ids(folder, files)]
 
 
 def write_request_result(group: str | os.PathLike, trial_id: str, request_id: str,
-                         result: dict, files: Files = LOCAL) -> None:
+                         result: dict, files: Files | None = None) -> None:
+    files = files or files_for(group)
     files.write_json(requests_dir(group, trial_id) / f"{request_id}{RESULT_SUFFIX}",
                      dict(result))
 
@@ -218,7 +231,8 @@ class Serving:
 
 
 def write_heartbeat(group: str | os.PathLike, trial_id: str, *, started: float,
-                    stopped: float | None = None, files: Files = LOCAL) -> None:
+                    stopped: float | None = None, files: Files | None = None) -> None:
+    files = files or files_for(group)
     folder = requests_dir(group, trial_id)
     files.make_folder(folder)
     files.write_json(folder / HEARTBEAT_JSON, {
@@ -227,9 +241,10 @@ def write_heartbeat(group: str | os.PathLike, trial_id: str, *, started: float,
 
 
 def serving(group: str | os.PathLike, trial_id: str, *, now: float | None = None,
-            files: Files = LOCAL) -> Serving:
+            files: Files | None = None) -> Serving:
     """The trial's serving process: alive when its heartbeat is fresher than
     :data:`STALE_SECONDS` at ``now`` (default: the clock) and it has not stopped."""
+    files = files or files_for(group)
     path = requests_dir(group, trial_id) / HEARTBEAT_JSON
     try:
         beat: dict[str, Any] = files.read_json(path) if files.is_file(path) else {}

@@ -43,8 +43,8 @@ import numpy as np
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
 
-# LOCAL stays importable from here: probe/loop.py reads through ff.LOCAL
-from .files import LOCAL, Files, files_for  # noqa: F401
+# files_for stays importable from here: probe/loop.py reads through ff.files_for
+from .files import Files, files_for
 from .layout import TrialLayout, is_hidden
 
 FLOWS_DIR = "flows"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -28,7 +29,7 @@ def run_probe(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
     ``failed`` with the error) rather than raised: one bad edit does not end the loop.
     """
     folder = ff.probes_dir(group, trial_id) / probe_id
-    request = ff.LOCAL.read_json(folder / ff.REQUEST_JSON)
+    request = ff.files_for(group).read_json(folder / ff.REQUEST_JSON)
     started = time.time()
     t0 = time.perf_counter()
     result: dict[str, Any] = {"probe_id": probe_id, "started": started}
@@ -173,6 +174,18 @@ class _Heartbeat:
                            stopped=time.time())
 
 
+def _refuse_a_second_server(group: str | os.PathLike, trial_id: str) -> None:
+    """One serving process per trial: requests are not claimed (S3 cannot rename), so a
+    second one would answer each request again."""
+    other = fr.serving(group, trial_id)
+    if other.alive and (other.pid, other.host) != (os.getpid(), socket.gethostname()):
+        raise ConfigurationError(
+            f"process {other.pid} on {other.host} already serves trial {trial_id!r} of "
+            f"{group} (its heartbeat is {time.time() - (other.beat or 0):.1f} s old): one "
+            "serving process per trial; stop that one first, or wait "
+            f"{fr.STALE_SECONDS:g} s if it died")
+
+
 def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, trial_id: str,
           poll_seconds: float = 0.5, max_probes: int | None = None,
           timeout: float | None = None, max_entries: int = DEFAULT_MAX_ENTRIES,
@@ -188,6 +201,9 @@ def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, 
     row requests (one unit's row of a flow too large to store whole, asked for by the
     Flow page) are run oldest first; those submitted before ``serve`` started are run
     too. While it runs, a heartbeat file tells the page that requests will be answered.
+    ``group`` may be ``s3://bucket/prefix/group`` (every file goes through the group's
+    filesystem seam). One serving process per trial: requests are not claimed, so this
+    refuses to start while another process's heartbeat for the trial is fresh.
     Returns the ids of the probes and requests run, in order.
     """
     if poll_seconds <= 0:
@@ -196,6 +212,7 @@ def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, 
         if limit is not None and limit < 1:
             raise ConfigurationError(f"{name} must be None or >= 1, not {limit}")
     ff.require_trial(group, trial_id)
+    _refuse_a_second_server(group, trial_id)
     deadline = None if timeout is None else time.monotonic() + timeout
     done: list[str] = []
     probes = rows = 0
