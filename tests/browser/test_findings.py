@@ -16,7 +16,7 @@ import pytest
 from comgra_like.app import ids, views
 from comgra_like.app.graph_figure import NON_FINITE_COLOR, node_style
 from comgra_like.app.pages import findings, tensors
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.action_chains import ActionChains
 
 from tests.browser.helpers import start_app, wait_until
@@ -80,7 +80,14 @@ def test_findings_page_lists_the_faults_and_a_click_opens_the_place(dash_duo, fa
 
     # a click opens the Tensors page at the finding's place
     click_row(dash_duo, ".finding-row[data-kind='first_non_finite']")
-    dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    try:
+        dash_duo.wait_for_element(f"{GRAPH} .scatterlayer .point", timeout=20)
+    except TimeoutException as exc:
+        # seen once in ~25 runs under load: say where the click landed (page, text, console)
+        # so that the next failure tells a lost click from a graph that was never drawn
+        body = dash_duo.driver.execute_script("return document.body.innerText")[:2000]
+        raise AssertionError(f"no graph after the click: at {dash_duo.driver.current_url}, "
+                             f"console {dash_duo.get_logs()}, page:\n{body}") from exc
     wait_for_header(dash_duo, "trial", "log_of_zero")
     wait_for_header(dash_duo, "step", "7")
     wait_for_header(dash_duo, "node", "z_log_positive")
