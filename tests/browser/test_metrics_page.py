@@ -25,6 +25,7 @@ from comgra_like.format.layout import METRICS, TrialLayout
 from comgra_like.format.schema import METRICS_SCHEMA
 from comgra_like.query import open_group
 from comgra_like.writer.shards import ShardBuffer
+from tests.browser.helpers import wait_until
 from tests.browser.test_gui import GRAPH, text_of, wait_for_header
 
 pytestmark = pytest.mark.browser
@@ -118,16 +119,6 @@ def write_metrics(group: Path, trial: str, triples) -> None:
     shards = ShardBuffer(TrialLayout.of(group, trial).root)
     shards.add({METRICS: metric_rows(trial, triples)})
     shards.write()
-
-
-def wait_until(condition, timeout: float = 15, what: str = "condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def traces(dash_duo, metric: str, kind: str = "graph") -> list[dict]:

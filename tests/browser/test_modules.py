@@ -6,13 +6,13 @@ page" link opens the module's output node there."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from comgra_like.app import create_app
 from comgra_like.app.pages import modules
 
+from tests.browser.helpers import wait_until
 from tests.browser.test_gui import GRAPH, click_node, text_of, wait_for_header
 
 pytestmark = pytest.mark.browser
@@ -27,16 +27,6 @@ def watched(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("modules_browser")
     return watched_runs.record(root, trial="trial_a", steps=10, seed=0)
-
-
-def wait_until(condition, timeout: float = 15, what: str = "condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def shown_keys(dash_duo) -> list[str]:
