@@ -7,7 +7,7 @@ state)`` gets a ``ModuleData`` (arrays as captured) and the caller's state dict 
 (trial, module, metric), and returns a float (NaN when undefined) or a 1-D array.
 
 Definitions follow Taiyi's code (DLCV-BUAA/Taiyi) and monitorch's lenses; where they are
-wrong we do it right, and each quantity's ``differs`` says how (README table).
+wrong we do it right, and each quantity's ``differs`` says how (docs/METRICS.md's table).
 """
 
 from __future__ import annotations
@@ -676,7 +676,7 @@ def get_quantity(name: str) -> Quantity:
 
 
 def markdown_table() -> str:
-    """The README's quantity table, from the definitions above (one row per quantity)."""
+    """The quantity table of docs/METRICS.md, from the definitions above (one row per quantity)."""
     lines = ["| quantity | formula | what it tells you | reference | differs from the original |",
              "|---|---|---|---|---|"]
     for q in QUANTITIES.values():

@@ -535,3 +535,12 @@ def test_the_readme_table_has_one_row_per_quantity():
     rows = markdown_table().splitlines()[2:]
     assert [row.split(" | ")[0].lstrip("| ").split(" (")[0] for row in rows] == list(QUANTITIES)
     assert all(row.count(" | ") == 4 for row in rows)  # pipes inside cells are escaped
+
+
+def test_the_docs_show_the_table_as_the_definitions_render_it():
+    """docs/METRICS.md carries the table; a changed definition must be rendered there too
+    (paste markdown_table()'s output)."""
+    from pathlib import Path
+    from comgra_like.metrics.quantities import markdown_table
+    page = Path(__file__).resolve().parents[2] / "docs" / "METRICS.md"
+    assert markdown_table() in page.read_text(encoding="utf-8")
