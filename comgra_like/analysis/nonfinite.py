@@ -22,7 +22,6 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from ..query import Graph
 from ..vocabulary import (
     BATCH_ABS_MAX,
     FORWARD,
@@ -33,10 +32,9 @@ from ..vocabulary import (
     is_gradient,
 )
 from .core import ERROR, Finding, TrialData, where
+from .graph_order import Key, backward_order, forward_order
 
 KIND = "first_non_finite"
-
-Key = tuple[str, str, int]  # (node, role, iteration) where the data is stored
 
 
 def detect(data: TrialData) -> list[Finding]:
@@ -59,11 +57,11 @@ def detect(data: TrialData) -> list[Finding]:
     origin: tuple[Key, str] | None = None
     if FORWARD in bad_types:
         bad = {k[:3] for k in counts if k[3] == FORWARD}
-        origin = _first_origin(_forward_order(graphs), bad, FORWARD)
+        origin = _first_origin(forward_order(graphs), bad, FORWARD)
     if origin is None:
         for recording_type in sorted(t for t in bad_types if is_gradient(t)):
             bad = {k[:3] for k in counts if k[3] == recording_type}
-            origin = _first_origin(_backward_order(graphs), bad, recording_type)
+            origin = _first_origin(backward_order(graphs), bad, recording_type)
             if origin is not None:
                 break
     if origin is None:
@@ -141,69 +139,6 @@ def _kind(rows: pd.DataFrame, node: str, role: str) -> str | None:
 def _has(rows: pd.DataFrame, node: str, role: str, aggregation: str) -> bool:
     return bool(((rows["node"] == node) & (rows["role"] == role)
                  & (rows["aggregation"] == aggregation)).any())
-
-
-def _data_key(graph_node, role: str) -> Key:
-    """Where a graph node's role stores its data (an alias stores none of its own)."""
-    alias = graph_node.alias_of.get(role)
-    if alias is not None:
-        return (alias[0], alias[1], int(alias[2]))
-    return (graph_node.node, role, int(graph_node.iteration))
-
-
-def _topological(graph: Graph) -> list[str]:
-    """Node names with every node after the nodes it depends on (Kahn; ties by the
-    graph's own order, so the result is stable)."""
-    names = [n.name for n in graph.nodes]
-    position = {n: i for i, n in enumerate(names)}
-    indegree = dict.fromkeys(names, 0)
-    after: dict[str, list[str]] = {n: [] for n in names}
-    for e in graph.edges:
-        if e.source in position and e.target in position and e.source != e.target:
-            after[e.source].append(e.target)
-            indegree[e.target] += 1
-    ready = sorted((n for n in names if indegree[n] == 0), key=position.__getitem__)
-    order: list[str] = []
-    while ready:
-        n = ready.pop(0)
-        order.append(n)
-        for m in after[n]:
-            indegree[m] -= 1
-            if indegree[m] == 0:
-                ready.append(m)
-        ready.sort(key=position.__getitem__)
-    order.extend(n for n in names if n not in set(order))  # a cycle: keep the rest as is
-    return order
-
-
-def _forward_order(graphs: list[tuple[int, Graph | None]]
-                   ) -> Iterator[tuple[Key, list[Key]]]:
-    """(data key, keys of its inputs) in the order of the forward pass."""
-    for _, graph in sorted(graphs, key=lambda g: g[0]):
-        if graph is None:
-            continue
-        nodes = {n.name: n for n in graph.nodes}
-        for name in _topological(graph):
-            n = nodes[name]
-            for role in n.roles:
-                inputs = [_data_key(nodes[e.source], e.source_role) for e in graph.edges
-                          if e.target == name and e.target_role == role and e.source in nodes]
-                yield _data_key(n, role), inputs
-
-
-def _backward_order(graphs: list[tuple[int, Graph | None]]
-                    ) -> Iterator[tuple[Key, list[Key]]]:
-    """(data key, keys of the tensors that use it) in the order of the backward pass."""
-    for _, graph in sorted(graphs, key=lambda g: -g[0]):
-        if graph is None:
-            continue
-        nodes = {n.name: n for n in graph.nodes}
-        for name in reversed(_topological(graph)):
-            n = nodes[name]
-            for role in n.roles:
-                users = [_data_key(nodes[e.target], e.target_role) for e in graph.edges
-                         if e.source == name and e.source_role == role and e.target in nodes]
-                yield _data_key(n, role), users
 
 
 def _first_origin(order: Iterator[tuple[Key, list[Key]]], bad: set[Key],
