@@ -37,6 +37,7 @@ from .module_graph import (
     Invocation,
     edges_of,
     parse_extra_repr,
+    shared_parameters,
     structure,
     structure_key,
     tensor_key,
@@ -145,6 +146,7 @@ class Watcher:
         for sub_name, sub in module.named_modules():
             self.names.setdefault(id(sub), f"{root_name}.{sub_name}" if sub_name else root_name)
         self.io_nodes = set(self.names.values())
+        self.shared = shared_parameters(module, self.names)  # tied weights: every holder
         self.ignored = {name for key, name in self.names.items()
                         if settings.ignore_io_grad_classes and isinstance(
                             _module_by_id(module, key), settings.ignore_io_grad_classes)}
@@ -513,7 +515,7 @@ class Watcher:
         digest = self._graph_keys.get(key)
         writer = self.rec.writer
         if digest is None:
-            graph = structure(invocations, edges, self.batch_size)
+            graph = structure(invocations, edges, self.batch_size, self.shared)
             digest = canonical_hash(graph)
             self.graphs_hashed += 1
             if len(self._graph_keys) >= 4096:  # structures that change every step

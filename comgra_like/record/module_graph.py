@@ -153,9 +153,28 @@ def structure_key(invocations: list[Invocation], edges: list[list[str]],
         for inv in invocations]), tuple(map(tuple, edges)))
 
 
-def structure(invocations: list[Invocation], edges: list[list[str]], batch_size: int) -> dict:
-    """The module graph structure of one forward (JSON-ready)."""
-    return {
+def shared_parameters(root: torch.nn.Module, names: dict[int, str]) -> list[dict]:
+    """The parameters held by more than one module (tied weights: GPT-2's ``lm_head`` and
+    ``wte``, T5's ``shared``, ``embed_tokens`` and ``lm_head``), each as ``{"recorded":
+    [module, name], "holders": [[module, name], ...]}``: every holder in module order, the
+    first of them the one the recorder tracks the tensor under (``track_module`` records a
+    shared parameter once, under its first name). ``names``: module id -> qualified name."""
+    holders: dict[int, list[list[str]]] = {}
+    for sub in root.modules():  # the order of named_modules(), duplicates left out
+        name = names.get(id(sub))
+        if name is None:
+            continue
+        for p_name, p in sub.named_parameters(recurse=False):
+            holders.setdefault(id(p), []).append([name, p_name])
+    return [{"recorded": list(h[0]), "holders": h} for h in holders.values() if len(h) > 1]
+
+
+def structure(invocations: list[Invocation], edges: list[list[str]], batch_size: int,
+              shared: list[dict] | None = None) -> dict:
+    """The module graph structure of one forward (JSON-ready); ``shared`` (from
+    ``shared_parameters``) is stored as ``shared_parameters`` when there are any, so that
+    a model without tied weights keeps the structure (and hash) it had before."""
+    graph = {
         "invocations": [{
             "id": inv.id, "module": inv.module, "parent": inv.parent, "class": inv.cls,
             "extra_repr": inv.extra_repr,
@@ -164,6 +183,9 @@ def structure(invocations: list[Invocation], edges: list[list[str]], batch_size:
         } for inv in invocations],
         "edges": edges,
     }
+    if shared:
+        graph["shared_parameters"] = shared
+    return graph
 
 
 def build(invocations: list[Invocation], batch_size: int) -> dict:
