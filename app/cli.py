@@ -3,6 +3,7 @@
 comgra --path DIR|s3://BUCKET/PREFIX/GROUP [--s3-endpoint URL] [--port 8055] [--host 127.0.0.1] [--visualization-file FILE]
        [--use-path-for-test-run] [--refresh SECONDS] [--cache-mb MB] [--debug]
 comgra findings --path DIR [--trial T] [--json] [--fail-on SEVERITY]   (analysis/cli.py)
+comgra diff --path DIR TRIAL_A [TRIAL_B] [--tolerance T] [--json]       (analysis/diff_cli.py)
 """
 
 from __future__ import annotations
@@ -176,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         from comgra_like.analysis.cli import main as findings_main
 
         return findings_main(argv[1:])
+    if argv[:1] == ["diff"]:  # `comgra diff ...`: comgra_like/analysis/diff_cli.py
+        from comgra_like.analysis.diff_cli import main as diff_main
+
+        return diff_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="comgra: %(levelname)s: %(message)s")

@@ -12,7 +12,8 @@ shared by all detectors through :class:`TrialData`):
 - ``losses``        loss spikes against the trend; outlier samples within a batch
 - ``correlations``  which tensor statistics the per-sample loss rises or falls with
 
-``comgra findings --path GROUP`` (``cli.py``) prints them. Needs numpy and pandas
+``comgra findings --path GROUP`` (``cli.py``) prints them. ``first_divergence``
+(``divergence.py``, ``comgra diff``) compares two trials or two ranks instead. Needs numpy and pandas
 through the query API; never torch or dash.
 """
 
@@ -33,6 +34,7 @@ from .core import (
     severity_rank,
     sort_findings,
 )
+from .divergence import Divergence, first_divergence
 
 Detector = Callable[[TrialData], list[Finding]]
 
@@ -90,11 +92,13 @@ __all__ = [
     "INFO",
     "SEVERITIES",
     "WARNING",
+    "Divergence",
     "Finding",
     "TrialData",
     "at_least",
     "find",
     "find_in_trial",
+    "first_divergence",
     "severity_rank",
     "sort_findings",
 ]

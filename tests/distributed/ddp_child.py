@@ -4,7 +4,9 @@ Usage: ``python ddp_child.py ROOT RANK WORLD_SIZE PORT MODE``. MODE ``ddp``: glo
 group on 127.0.0.1:PORT, a DistributedDataParallel model, every rank recording (the
 default); ``ddp-rank0``: the same with ``ranks=[0]``; ``env``: no process group, only
 RANK/WORLD_SIZE in the environment (the ranks never talk, so one can be killed while the
-other goes on), printing ``step <n>`` after each recorded step.
+other goes on), printing ``step <n>`` after each recorded step; ``ddp-desync``: as ``ddp``,
+but rank 1 adds 1e-3 to its replica's ``second.weight`` before step 2 (a replica that
+drifts: DDP all-reduces gradients and never compares the parameters themselves).
 
 Each rank trains on its own part of each batch of one seeded dataset (6 and 4 samples) and
 saves the activations it registered, per step, as .npy files under ROOT/raw/ so that the
@@ -71,6 +73,9 @@ def main() -> int:
     raw.mkdir(parents=True, exist_ok=True)
     for step in range(STEPS):
         batch = data[step * total + first:step * total + first + sizes[rank]]
+        if mode == "ddp-desync" and rank == 1 and step == 2:
+            with torch.no_grad():
+                net.second.weight.add_(1e-3)
         rec.start_batch(step, sizes[rank])
         rec.start_iteration()
         rec.register_tensor("x", batch, is_input=True)
