@@ -39,6 +39,7 @@ from .format.schema import (
     TYPE_OF_EXECUTION_PATTERN,
 )
 from .format.trial import replace_object_trial
+from .format.trial_config import flatten_config
 from .metrics.collect import Collector
 from .metrics.config import resolve_config
 from .objects import DecisionMakerForRecordings
@@ -82,8 +83,11 @@ class ComgraRecorder:
         type_of_serialization: str = "msgpack",
         calculate_svd_and_other_expensive_operations_of_parameters: bool = True,
         ranks: str | int | Iterable[int] = "all",
+        config: Mapping | None = None,
     ):
         self.comgra_is_active = bool(comgra_is_active)
+        # The trial's hyperparameters, checked before anything is written (trial.json).
+        self.config = flatten_config(config)
         # Under torch.distributed (or RANK/WORLD_SIZE) each recording rank writes its own
         # shards into the same trial (docs/FORMAT.md, "Recording ranks").
         self.rank, self.world_size, self.recording_ranks = 0, 1, (0,)
@@ -206,6 +210,7 @@ class ComgraRecorder:
             "created": self._created,
             "status": RUNNING,
             "settings": self._settings,
+            "config": self.config,
             "versions": {
                 "comgra_like": __version__,
                 "torch": torch.__version__,
@@ -602,6 +607,19 @@ class ComgraRecorder:
             step.slot = None
         self._step = None
         self._recording = False
+
+    def abort_batch(self) -> bool:
+        """End the open training step without recording it: what it registered is
+        dropped and the next ``start_batch()`` works. For a loop that catches an exception
+        raised inside a step (the probe loop, when the network refuses an edited input).
+        Returns whether a step was open; the step's number stays used (steps still have
+        to increase)."""
+        if not self.comgra_is_active or self._stage == "idle":
+            return False
+        self._drop_step()
+        self._stage = "idle"
+        self.iteration = None
+        return True
 
     def declare_that_all_different_types_of_execution_have_been_encountered(self) -> None:
         """Lets dynamic recording skip steps where no known type could record."""

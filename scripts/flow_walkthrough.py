@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve(run, group=group, trial_id="bars", timeout=args.timeout,
               max_probes=args.max_probes, max_rows=args.max_rows,
-              max_entries=args.max_entries)
+              max_entries=args.max_entries, recorder=recorder)
     except KeyboardInterrupt:
         pass
     recorder.finalize()

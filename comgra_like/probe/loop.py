@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigurationError
+from ..errors import CallOrderError, ConfigurationError
 from ..format import flow_requests as fr
 from ..format import flows as ff
 from ..record.flow import DEFAULT_MAX_ENTRIES, FlowChain, write_flows
@@ -22,11 +22,12 @@ from ..record.flow import DEFAULT_MAX_ENTRIES, FlowChain, write_flows
 
 def run_probe(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
               trial_id: str, probe_id: str, *, max_entries: int = DEFAULT_MAX_ENTRIES,
-              weighting: str = "gradient") -> dict:
+              weighting: str = "gradient", recorder: Any = None) -> dict:
     """Run one submitted probe and write its result.json; returns the result.
 
     A failure of ``fn`` or of the flows is written as the probe's result (status
     ``failed`` with the error) rather than raised: one bad edit does not end the loop.
+    A step of ``recorder`` that ``fn`` left open is aborted (:func:`_close_step`).
     """
     folder = ff.probes_dir(group, trial_id) / probe_id
     request = ff.files_for(group).read_json(folder / ff.REQUEST_JSON)
@@ -49,13 +50,41 @@ def run_probe(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
     except Exception as e:  # noqa: BLE001 - reported to the GUI through result.json
         print(f"comgra_like.probe: probe {probe_id} failed:\n{traceback.format_exc()}",
               file=sys.stderr)
-        result.update(status=ff.FAILED, record_ids=[], error=f"{type(e).__name__}: {e}")
+        result.update(status=ff.FAILED, record_ids=[], error=_error_text(e, recorder))
     finally:
         if chain is not None:
             chain.release()
+        _close_step(recorder, result, f"probe {probe_id}")
     result.update(finished=time.time(), seconds=time.perf_counter() - t0)
     ff.write_probe_result(group, trial_id, probe_id, result)
     return result
+
+
+def _close_step(recorder: Any, result: dict, what: str) -> None:
+    """Return ``recorder`` to a clean state after a request: a step that ``fn`` left open
+    (it raised between ``start_batch`` and ``finish_batch``, e.g. on an input of the
+    wrong shape) is aborted, so that the next request's ``start_batch`` works instead of
+    every later request failing with CallOrderError. Never raises into the loop."""
+    if recorder is None:
+        return
+    try:
+        aborted = recorder.abort_batch()
+    except Exception as e:  # noqa: BLE001 - the loop goes on; said on stderr
+        print(f"comgra_like.probe: the recorder's step after {what} could not be "
+              f"aborted ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    if aborted:
+        note = ("the served function left the recorder's step open; it was aborted, not "
+                "recorded")
+        result["note"] = f"{result['note']}; {note}" if result.get("note") else note
+
+
+def _error_text(e: BaseException, recorder: Any) -> str:
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, CallOrderError) and recorder is None:
+        text += (" (a step an earlier request left open? pass serve(..., recorder=...) "
+                 "so that the loop aborts a failed request's step)")
+    return text
 
 
 def _served_input(group: str | os.PathLike, trial_id: str, request: fr.RowRequest
@@ -105,7 +134,7 @@ def _weight_like(flow: Any, stored: Any, request: fr.RowRequest) -> str | None:
 
 
 def run_row_request(fn: Callable[[torch.Tensor], FlowChain], group: str | os.PathLike,
-                    trial_id: str, request_id: str) -> dict:
+                    trial_id: str, request_id: str, *, recorder: Any = None) -> dict:
     """Answer one row request (comgra_like.format.flow_requests): run ``fn`` on the
     input the asked record was computed for, compute the asked units' rows of that pair
     alone (one batched backward pass per 128 units), weighted by the record's stored
@@ -139,10 +168,11 @@ def run_row_request(fn: Callable[[torch.Tensor], FlowChain], group: str | os.Pat
     except Exception as e:  # noqa: BLE001 - reported to the GUI through the result
         print(f"comgra_like.probe: row request {request_id} failed:\n"
               f"{traceback.format_exc()}", file=sys.stderr)
-        result.update(status=ff.FAILED, record_ids=[], error=f"{type(e).__name__}: {e}")
+        result.update(status=ff.FAILED, record_ids=[], error=_error_text(e, recorder))
     finally:
         if chain is not None:
             chain.release()
+        _close_step(recorder, result, f"row request {request_id}")
     result.update(finished=time.time(), seconds=time.perf_counter() - t0)
     fr.write_request_result(group, trial_id, request_id, result)
     return result
@@ -189,7 +219,8 @@ def _refuse_a_second_server(group: str | os.PathLike, trial_id: str) -> None:
 def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, trial_id: str,
           poll_seconds: float = 0.5, max_probes: int | None = None,
           timeout: float | None = None, max_entries: int = DEFAULT_MAX_ENTRIES,
-          weighting: str = "gradient", max_rows: int | None = None) -> list[str]:
+          weighting: str = "gradient", max_rows: int | None = None,
+          recorder: Any = None) -> list[str]:
     """Serve probes and row requests of ``trial_id`` in the group folder ``group`` until
     the limits given were reached (``max_probes`` probes, ``max_rows`` row requests) or
     ``timeout`` seconds passed (no limit and no timeout: forever; Ctrl-C ends it).
@@ -204,6 +235,10 @@ def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, 
     ``group`` may be ``s3://bucket/prefix/group`` (every file goes through the group's
     filesystem seam). One serving process per trial: requests are not claimed, so this
     refuses to start while another process's heartbeat for the trial is fresh.
+    ``recorder``: the ``ComgraRecorder`` that ``fn`` records with, if it does. When
+    ``fn`` fails inside a step (an edited input the network refuses), the request is
+    answered with the error and the recorder's open step is aborted
+    (``ComgraRecorder.abort_batch``), so the next request records normally.
     Returns the ids of the probes and requests run, in order.
     """
     if poll_seconds <= 0:
@@ -229,11 +264,11 @@ def serve(fn: Callable[[torch.Tensor], FlowChain], *, group: str | os.PathLike, 
             # oldest first across both kinds: ids begin with their creation time
             for item in sorted(pending + asked, key=lambda i: i[1:]):
                 if item in asked:
-                    run_row_request(fn, group, trial_id, item)
+                    run_row_request(fn, group, trial_id, item, recorder=recorder)
                     rows += 1
                 else:
                     run_probe(fn, group, trial_id, item, max_entries=max_entries,
-                              weighting=weighting)
+                              weighting=weighting, recorder=recorder)
                     probes += 1
                 done.append(item)
                 if finished():
