@@ -11,6 +11,7 @@ shared by all detectors through :class:`TrialData`):
 - ``units``         dead units and saturated units, with the fraction affected
 - ``losses``        loss spikes against the trend; outlier samples within a batch
 - ``correlations``  which tensor statistics the per-sample loss rises or falls with
+- ``outputs``       outputs that cannot reach one end of their targets' range
 
 ``comgra findings --path GROUP`` (``cli.py``) prints them. ``first_divergence``
 (``divergence.py``, ``comgra diff``) compares two trials or two ranks instead. Needs numpy and pandas
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..query import Group, open_group
-from . import correlations, gradients, losses, nonfinite, units
+from . import correlations, gradients, losses, nonfinite, outputs, units
 from .core import (
     ERROR,
     INFO,
@@ -45,6 +46,7 @@ DETECTORS: dict[str, Detector] = {
     "units": units.detect,
     "losses": losses.detect,
     "correlations": correlations.detect,
+    "outputs": outputs.detect,
 }
 
 
@@ -72,6 +74,17 @@ def find(group: Group | str, trial_id: str | None = None,
     return sort_findings(found)
 
 
+def count_findings(group: Group | str, trial_id: str | None = None
+                   ) -> dict[str, dict[str, int]]:
+    """Findings per trial and severity (``{trial_id: {"error": 1, ...}}``), e.g. for
+    ``Group.read_trials(findings=...)``."""
+    out: dict[str, dict[str, int]] = {}
+    for f in find(group, trial_id):
+        counts = out.setdefault(f.trial_id, {})
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return out
+
+
 def _choose(names: Iterable[str] | None) -> list[Detector]:
     if names is None:
         return list(DETECTORS.values())
@@ -96,6 +109,7 @@ __all__ = [
     "Finding",
     "TrialData",
     "at_least",
+    "count_findings",
     "find",
     "find_in_trial",
     "first_divergence",

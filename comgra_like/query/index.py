@@ -59,6 +59,7 @@ from ..format.layout import (
 )
 from ..format.notes import NOTES_SCHEMA
 from ..format.schema import RANK, SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
+from ..format.trial_config import read_config
 from .graphs import GraphStructureError, parse_graph
 from .types import (
     ModuleInfo,
@@ -427,6 +428,7 @@ class GroupIndex:
                 created=float(data.get("created") or 0.0), schema_version=version,
                 settings=dict(data.get("settings") or {}),
                 versions=dict(data.get("versions") or {}),
+                config=read_config(data),
             )
         except (OSError, ValueError, KeyError, TypeError) as e:
             reason = f"unreadable {TRIAL_JSON} ({reason_of(e)})"

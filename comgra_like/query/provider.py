@@ -50,6 +50,7 @@ from .tensors import (
     step_filter,
     step_selection,
 )
+from .trials import trials_table
 from .types import (
     Graph,
     ModuleInfo,
@@ -158,6 +159,18 @@ class Group:
 
     def list_trials(self) -> list[TrialInfo]:
         return [t.info for t in self._index.trials()]
+
+    def read_config(self, trial_id: str) -> dict:
+        """The trial's hyperparameters as recorded (``config=`` of the recorder or
+        ``watch``; flat, dotted keys); {} for a trial recorded without one."""
+        return dict(self._trial(trial_id).info.config)
+
+    def read_trials(self, findings: Any = None) -> pd.DataFrame:
+        """One row per trial: status, ranks, recorded steps, config columns, the last
+        value of each KPI, and with ``findings`` (counts per trial and severity, a dict
+        or a callable, e.g. ``comgra_like.analysis.count_findings(group)``) the findings
+        by severity. comgra_like/query/trials.py states the columns."""
+        return trials_table(self, findings)
 
     def list_ranks(self, trial_id: str) -> list[int]:
         """The torch.distributed ranks that recorded anything of a trial (steps, tensors,

@@ -56,6 +56,7 @@ class TrialInfo:
     schema_version: int
     settings: dict
     versions: dict
+    config: dict = field(default_factory=dict)  # the trial's hyperparameters ({}: none)
 
 
 @dataclass(frozen=True)
