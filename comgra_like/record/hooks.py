@@ -164,6 +164,9 @@ class Watcher:
         self.batch_size = 1
         self._iter_key: tuple | None = None
         self.calls: dict[str, int] = {}
+        self.batched: set[str] = set()
+        self.batch_keys: set = set()
+        self.other_keys: set = set()
         self.stack: list[Invocation] = []
         self.invocations: list[Invocation] = []
         self.step_outputs: list[tuple[str, str, torch.Tensor]] = []  # module, inv id, tensor
@@ -339,6 +342,9 @@ class Watcher:
         self._set_active(True)
 
     def _reset_iteration(self) -> None:
+        self.batched: set[str] = set()  # invocations given the step's input
+        self.batch_keys: set = set()  # outputs that derive from it (batch dimension 0)
+        self.other_keys: set = set()  # outputs of invocations that were not given it
         self.calls = {}
         self.stack = []
         self.invocations = []
@@ -396,9 +402,14 @@ class Watcher:
         inv = Invocation(inv_id, name, parent, cls, extra)
         retain = name not in self.ignored
         kind = INPUT if not self.stack else CALCULATED
+        enclosing = self.stack[-1].id in self.batched if self.stack else True
+        if any(self._from_input(t, enclosing) for t in _all_tensors(args, kwargs)):
+            self.batched.add(inv_id)
         for role, t in inputs_of(args, kwargs):
-            inv.inputs.append((role, t, tensor_key(t)))
-            self._register(inv_id, role, t, kind, retain)
+            key = tensor_key(t)
+            inv.inputs.append((role, t, key))
+            self._register(inv_id, role, t, kind, retain,
+                           self._from_input(t, enclosing, key))
         self.stack.append(inv)
         self.invocations.append(inv)
         self.called.add(name)
@@ -416,9 +427,13 @@ class Watcher:
             return
         self.with_output.add(name)
         retain = name not in self.ignored
+        batched = inv.id in self.batched
         for role, t in found:
-            inv.outputs.append((role, t, tensor_key(t)))
-            self._register(inv.id, role, t, CALCULATED, retain)
+            key = tensor_key(t)
+            inv.outputs.append((role, t, key))
+            derived = batched and self._leading_batch(t)
+            (self.batch_keys if derived else self.other_keys).add(key)
+            self._register(inv.id, role, t, CALCULATED, retain, derived)
             if retain and t.requires_grad:
                 self.step_outputs.append((name, inv.id, t))
 
@@ -446,11 +461,37 @@ class Watcher:
         self.invocations.append(inv)
         self.called.add(node)
         self.with_output.add(node)
-        self._register(inv_id, "output 0", tensor, CALCULATED, True)
+        enclosing = self.stack[-1].id in self.batched if self.stack else True
+        self._register(inv_id, "output 0", tensor, CALCULATED, True,
+                       self._from_input(tensor, enclosing, key))
         if tensor.requires_grad:
             self.step_outputs.append((node, inv_id, tensor))
 
-    def _register(self, node: str, role: str, t: torch.Tensor, kind: str, retain: bool) -> None:
+    # ----- the batch dimension -----------------------------------------------------------
+
+    def _leading_batch(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` can have a batch dimension: its leading one, of the step's batch
+        size (a parameter never has one)."""
+        return (t.dim() > 0 and int(t.shape[0]) == self.batch_size
+                and not isinstance(t, torch.nn.Parameter))
+
+    def _from_input(self, t: torch.Tensor, enclosing: bool, key: object = None) -> bool:
+        """Whether ``t`` derives from the step's input and has it as leading dimension:
+        an output of an invocation that was given the input (``batch_keys``), not one of
+        an invocation that was not (``other_keys``); a tensor made between module calls
+        goes with the invocation it was made in (``enclosing``: the root's arguments are
+        the step's input)."""
+        if not self._leading_batch(t):
+            return False
+        key = tensor_key(t) if key is None else key
+        if key in self.batch_keys:
+            return True
+        if key in self.other_keys:
+            return False
+        return enclosing
+
+    def _register(self, node: str, role: str, t: torch.Tensor, kind: str, retain: bool,
+                  batched: bool = False) -> None:
         if self.s.structure_only:
             return
         step = self.rec._step
@@ -461,7 +502,7 @@ class Watcher:
         if snap is None:
             with torch.no_grad():
                 snap = self.snapshots[key] = (t, t.detach().clone())
-        batch_dim = next((i for i, s in enumerate(t.shape) if s == self.batch_size), None)
+        batch_dim = 0 if batched else None
         try:
             reg = step.book(f"{node} {role}", t, node, role, kind, self.iteration, batch_dim,
                             False, False, None, -1, t.grad_fn)
@@ -635,6 +676,22 @@ def _batch_size(args: tuple, kwargs: dict) -> int:
         if isinstance(a, torch.Tensor) and a.dim():
             return max(int(a.shape[0]), 1)
     return 1
+
+
+def _all_tensors(args: tuple, kwargs: dict) -> list:
+    """Every tensor among a call's arguments, of any dtype (token ids tell that a call
+    was given the step's input as well as float tensors do)."""
+    found: list = []
+    todo = [(a, 0) for a in list(args) + list(kwargs.values())]
+    while todo:
+        obj, depth = todo.pop()
+        if isinstance(obj, torch.Tensor):
+            found.append(obj)
+        elif depth < MAX_DEPTH and isinstance(obj, (tuple, list)):
+            todo.extend((x, depth + 1) for x in obj)
+        elif depth < MAX_DEPTH and isinstance(obj, dict):
+            todo.extend((x, depth + 1) for x in obj.values())
+    return found
 
 
 def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:
