@@ -31,14 +31,16 @@ def create_app(
     refresh_seconds: float = 2.0,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     prefetch: bool = True,
+    read_only: bool = False,
 ) -> dash.Dash:
     """A Dash app showing the group folder ``path`` (which may not exist yet).
 
     ``refresh_seconds``: how often the browser asks for new data. ``cache_bytes``: bound
     of the server-side caches (shared by all browser sessions). ``prefetch``: read the
     steps before and after the one shown in the background (off: every step is read when
-    it is shown; benchmarks compare both). The server-side parts are at
-    ``app.comgra_parts``.
+    it is shown; benchmarks compare both). ``read_only``: refuse the callbacks that write
+    into the group (the Flow page's saved inputs and row requests). The server-side parts
+    are at ``app.comgra_parts``.
     """
     data = AppData(path, cache_bytes=cache_bytes, refresh_seconds=refresh_seconds)
     parts = AppParts(
@@ -46,6 +48,7 @@ def create_app(
         timings=Timings(),
         prefetch=NeighbourPrefetch(data) if prefetch else None,
         plugin=VisualizationPlugin(visualization_file) if visualization_file else None,
+        read_only=read_only,
     )
     app = dash.Dash(
         __name__,

@@ -2,6 +2,8 @@
 
 comgra --path DIR|s3://BUCKET/PREFIX/GROUP [--s3-endpoint URL] [--port 8055] [--host 127.0.0.1] [--visualization-file FILE]
        [--use-path-for-test-run] [--refresh SECONDS] [--cache-mb MB] [--debug]
+       [--token T] [--read-only | --allow-writes] [--allow-host NAME] [--max-request-mb MB]
+       (the server and its access rules: server.py, access.py; docs/SERVING.md)
 comgra findings --path DIR [--trial T] [--json] [--fail-on SEVERITY]   (analysis/cli.py)
 comgra diff --path DIR TRIAL_A [TRIAL_B] [--tolerance T] [--json]       (analysis/diff_cli.py)
 """
@@ -21,10 +23,9 @@ from comgra_like.errors import ComgraError
 from comgra_like.format.files import files_for, is_object_store
 from comgra_like.format.layout import TRIAL_JSON, TRIALS_DIR, is_hidden, trials_dir
 
+from . import server
 from .plugin import check_plugin_file
-
-DEFAULT_PORT = 8055
-DEFAULT_HOST = "127.0.0.1"
+from .server import DEFAULT_HOST, DEFAULT_PORT  # noqa: F401  (the defaults, for callers)
 
 
 #: glibc's malloc settings for the server (``mallopt``; the same as these environment
@@ -84,12 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="an S3-compatible server for s3:// paths, e.g. http://127.0.0.1:9000 (sets "
         "AWS_ENDPOINT_URL_S3; default: that variable, AWS_ENDPOINT_URL, or AWS itself)",
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
-    parser.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        help=f"interface to listen on; default {DEFAULT_HOST} (this machine only)",
-    )
     parser.add_argument(
         "--visualization-file",
         type=Path,
@@ -111,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory bound of the server-side caches (default 256): what the server "
         "holds beyond the group's index grows by at most this plus ~80 MB",
     )
-    parser.add_argument("--debug", action="store_true", help="Dash dev tools and debug logging")
+    server.add_arguments(parser)
     return parser
 
 
@@ -236,10 +231,17 @@ def main(argv: list[str] | None = None) -> int:
                 "file is fixed (it is re-imported when it changes).",
                 file=sys.stderr,
             )
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    try:
+        options = server.options_from_args(args)
+    except ComgraError as exc:
+        print(f"comgra: error: {exc}", file=sys.stderr)
+        return 2
+    if not options.loopback:
         print(
             f"comgra: warning: listening on {args.host}: anyone who can reach this machine "
-            "can read these recordings.",
+            "and has the token can read these recordings"
+            + (" (read-only: --allow-writes lets them write requests into the group)."
+               if options.read_only else ", and the Flow page can write into the group."),
             file=sys.stderr,
         )
 
@@ -251,24 +253,17 @@ def main(argv: list[str] | None = None) -> int:
         visualization_file=visualization_file,
         refresh_seconds=args.refresh,
         cache_bytes=int(args.cache_mb * 2**20),
+        read_only=options.read_only,
     )
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
-    print(
-        f"comgra: showing {files_for(path).display(path)}\ncomgra: open http://{shown_host}:{args.port}/ (Ctrl+C stops)",
-        flush=True,
-    )
-    try:
-        app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False)
-    except OSError as exc:
-        print(
-            f"comgra: error: cannot listen on {args.host}:{args.port}: {exc}. "
-            "Is another comgra running? Try --port.",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+
+    def announce(urls: list[str]) -> None:
+        lines = [f"comgra: showing {files_for(path).display(path)}"
+                 + (" (read-only)" if options.read_only else "")]
+        lines += [f"comgra: open {url}" for url in urls]
+        lines[-1] += " (Ctrl+C stops)"
+        print("\n".join(lines), flush=True)
+
+    return server.serve(app, options, announce)
 
 
 if __name__ == "__main__":  # pragma: no cover

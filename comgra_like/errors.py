@@ -47,3 +47,8 @@ class NotFoundError(ComgraError, LookupError):
 class UnsafePickleError(StorageError):
     """An imported pickle (vnittest's flow_info.pkl) names a global outside the few that
     rebuild plain containers, strings, numbers and numpy arrays; it was not loaded."""
+
+
+class ReadOnlyError(ComgraError, PermissionError):
+    """The GUI was asked to write into a group it serves read-only (``comgra --read-only``,
+    the default when it listens beyond this machine)."""

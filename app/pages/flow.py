@@ -25,6 +25,7 @@ when nobody serves the trial, the page says how to start a serving process.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ from comgra_like.errors import ComgraError
 from comgra_like.format import flow_requests as fr
 from comgra_like.format.flows import DONE, FAILED, PENDING, submit_input
 
+from .. import flow_edits as fe
 from .. import flow_figures as ff
 from .. import ids
 from ..figures import empty_figure
@@ -72,6 +74,7 @@ SAVE = "flow-save"
 RESET = "flow-reset"
 SAVED = "flow-saved"  # dcc.Store: the probe the last Save submitted
 SAVE_STATUS = "flow-save-status"
+EDIT_STATUS = "flow-edit-status"  # why an edit was refused
 LISTS_KEY = "flow-lists-key"
 ROW_BOX = "flow-row-box"  # shown when the clicked unit's row is not stored
 ROW_TEXT = "flow-row-text"
@@ -170,6 +173,7 @@ def layout() -> html.Div:
                                 html.Button("Reset", id=RESET, n_clicks=0,
                                             className="btn btn-outline-secondary btn-sm"),
                             ], className="my-1"),
+                            html.Div(id=EDIT_STATUS, className="small text-danger"),
                             html.Div(id=SAVE_STATUS, className="small"),
                         ],
                         className="ms-3",
@@ -224,11 +228,26 @@ def chain_names(flows: Sequence[Any]) -> list[str]:
 def unit_of_point(point: Mapping[str, Any], shape: Sequence[int]) -> int | None:
     """The unit a click on a heatmap cell of a node of ``shape`` names: by the cell's
     column and row (x, y), or its customdata when those are missing."""
+    if not isinstance(point, Mapping):
+        return None
     x, y = point.get("x"), point.get("y")
-    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+    if _finite(x) and _finite(y):
         return ff.map_layout(shape).unit_at(round(y), round(x))
     unit = point.get("customdata")
-    return int(unit) if isinstance(unit, (int, float)) and unit >= 0 else None
+    n = math.prod(shape) if shape else 1
+    return int(unit) if _finite(unit) and 0 <= unit < n else None
+
+
+def _finite(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def clicked_point(click: Any) -> Mapping[str, Any]:
+    """The first point of a graph's clickData (an empty mapping for anything else)."""
+    points = click.get("points") if isinstance(click, Mapping) else None
+    point = points[0] if isinstance(points, list) and points else None
+    return point if isinstance(point, Mapping) else {}
 
 
 def probe_text(probe: Any, k: int, total: int) -> str:
@@ -248,8 +267,10 @@ def probe_text(probe: Any, k: int, total: int) -> str:
 def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     data = parts.data
 
-    def trial_of(selection: Mapping | None) -> str | None:
-        return ((selection or {}).get("current") or {}).get("trial")
+    def trial_of(selection: Any) -> str | None:
+        current = selection.get("current") if isinstance(selection, Mapping) else None
+        trial = current.get("trial") if isinstance(current, Mapping) else None
+        return trial if isinstance(trial, str) else None
 
     def listed(trial: str) -> tuple[list, list]:
         group = data.group
@@ -261,7 +282,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
 
     def chain_data(trial: str, chain: str | None) -> list:
         """The FlowData of a chain, in order (memory-mapped arrays)."""
-        if chain is None or data.group is None:
+        if not isinstance(chain, str) or data.group is None:
             return []
         flows, _ = listed(trial)
         by_chain = chains_of(flows)
@@ -302,6 +323,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def lists(_tick: Any, selection: dict | None, origin: str | None, step: int | None,
               chain: str | None, shown: Any) -> tuple:
         trial = trial_of(selection)
+        chain = chain if isinstance(chain, str) else None  # the browser's: a key below
         every, probes = listed(trial) if trial else ([], [])
         # rows served on demand join the flow they complete (chain_data): no chain of theirs
         flows = [f for f in every if not fr.is_rows_chain(f.chain_id)]
@@ -358,7 +380,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         prevent_initial_call=True,
     )
     def step_history(_p: Any, _f: Any, origin: str | None, options: list | None) -> Any:
-        values = [o["value"] for o in options or []]
+        values = [o.get("value") for o in options if isinstance(o, Mapping)] if isinstance(
+            options, list) else []
         if origin not in values:
             return no_update
         at = values.index(origin)
@@ -410,7 +433,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             message = history_text if isinstance(history_text, str) and history_text else (
                 "No trial selected." if trial is None else "No flows to show.")
             return empty_figure(message, 420), no_update, hidden, ""
-        max_units = int(max_units or ff.DEFAULT_MAX_UNITS)
+        max_units = fe.checked_choice(max_units, MAX_UNITS_CHOICES, ff.DEFAULT_MAX_UNITS)
+        slider = fe.checked_slider(slider, ff.SLIDER_MIN, ff.SLIDER_MAX, DEFAULT_SLIDER)
         flows = chain_data(trial, chain)
         if not flows:
             return empty_figure("No flows to show.", 420), no_update, hidden, ""
@@ -441,13 +465,13 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         prevent_initial_call=True,
     )
     def pick_unit(click: Any, chain: str | None, selection: dict | None) -> Any:
-        point = ((click or {}).get("points") or [{}])[0]
+        point = clicked_point(click)
         trial = trial_of(selection)
         if chain is None or trial is None:
             return no_update
         nodes = ff.chain_nodes(chain_data(trial, chain))
         k = point.get("curveNumber")
-        if not isinstance(k, int) or k >= len(nodes):
+        if type(k) is not int or not 0 <= k < len(nodes):
             return no_update  # an outline, not a heatmap
         unit = unit_of_point(point, nodes[k].shape)
         if unit is None:
@@ -467,11 +491,13 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def show_heatmaps(chain: str | None, unit: dict | None, _lists: Any,
                       selection: dict | None) -> tuple:
         trial = trial_of(selection)
-        figure, text = heatmaps_view(trial, chain, unit)
+        flows = chain_data(trial, chain) if trial is not None else []
+        picked = fe.checked_unit(unit, chain, ff.chain_nodes(flows))
+        figure, text = heatmaps_view(trial, chain, flows, picked)
         hidden = {"display": "none"}
-        if trial is None or chain is None or not unit or unit.get("chain") != chain:
+        if trial is None or picked is None:
             return figure, text, hidden, ""
-        lacking = ff.missing_row(chain_data(trial, chain), unit["node"], unit["unit"])
+        lacking = ff.missing_row(flows, *picked)
         if lacking is None:
             return figure, text, hidden, ""
         info = lacking.info
@@ -479,7 +505,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             f"only the rows of {len(info.rows or ())} units")
         offer = (f"{info.source} → {info.target} has {known} stored "
                  f"({info.full_entries:,} entries: too large to compute whole). Its row for "
-                 f"{info.target} unit {unit['unit']} takes one backward pass in the process "
+                 f"{info.target} unit {picked[1]} takes one backward pass in the process "
                  "serving probes.")
         if not serving(trial).alive:
             offer += " " + nobody_serves(trial)
@@ -496,15 +522,20 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def ask_row(clicks: int | None, unit: dict | None, chain: str | None,
                 selection: dict | None) -> Any:
         trial = trial_of(selection)
-        if not clicks or trial is None or not unit or unit.get("chain") != chain:
+        if not clicks or trial is None:
             return no_update
-        lacking = ff.missing_row(chain_data(trial, chain), unit["node"], unit["unit"])
+        flows = chain_data(trial, chain)
+        picked = fe.checked_unit(unit, chain, ff.chain_nodes(flows))
+        if picked is None:
+            return no_update
+        lacking = ff.missing_row(flows, *picked)
         if lacking is None:
             return no_update  # served meanwhile
-        asked = {"trial": trial, "node": unit["node"], "unit": unit["unit"]}
+        asked = {"trial": trial, "node": picked[0], "unit": picked[1]}
         try:
+            parts.refuse_writes("write row requests into the group")
             request_id = fr.request_rows(data.path, trial, lacking.info.record_id,
-                                         [unit["unit"]])
+                                         [picked[1]])
         except ComgraError as e:
             return {**asked, "error": str(e)}
         return {**asked, "request_id": request_id}
@@ -515,14 +546,16 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ROW_ASKED, "data"),
     )
     def row_status(_tick: Any, asked: dict | None) -> Any:
-        if not asked:
+        if not isinstance(asked, Mapping) or not asked:
             return ""
-        what = f"the row of {asked['node']} unit {asked['unit']}"
+        what = f"the row of {asked.get('node')} unit {asked.get('unit')}"
         if asked.get("error"):
             return f"Not asked for {what}: {asked['error']}"
-        trial = asked["trial"]
+        trial, request_id = asked.get("trial"), asked.get("request_id")
+        if trial not in data.trial_ids() or not isinstance(request_id, str):
+            return ""
         request = data._safely(f"row request of {trial}", lambda: fr.read_request(
-            data.path, trial, asked["request_id"]), None)
+            data.path, trial, request_id), None)
         if request is None:
             return f"Asked for {what}; its request cannot be read."
         if request.status == DONE:
@@ -537,18 +570,18 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         return (f"Asked for {what} (request {request.request_id}). "
                 f"{nobody_serves(trial)} It answers the request when it starts.")
 
-    def heatmaps_view(trial: str | None, chain: str | None, unit: dict | None) -> tuple:
+    def heatmaps_view(trial: str | None, chain: str | None, flows: list,
+                      picked: tuple[str, int] | None) -> tuple:
         if trial is None or chain is None:
             return empty_figure("", 120), ""
-        flows = chain_data(trial, chain)
         nodes = ff.chain_nodes(flows)
-        if unit and unit.get("chain") == chain:
-            found = ff.highlight_sets(flows, unit["node"], unit["unit"])
-            figure = ff.heatmaps_figure(nodes, selected=(unit["node"], unit["unit"]),
-                                        highlight=found["units"])
+        if picked is not None:
+            node, unit = picked
+            found = ff.highlight_sets(flows, node, unit)
+            figure = ff.heatmaps_figure(nodes, selected=picked, highlight=found["units"])
             parts_text = [f"{name}: {len(u)} unit{'s' if len(u) != 1 else ''}"
-                          for name, u in found["units"].items() if name != unit["node"]]
-            text = f"{unit['node']} unit {unit['unit']} exchanges gradient with " + (
+                          for name, u in found["units"].items() if name != node]
+            text = f"{node} unit {unit} exchanges gradient with " + (
                 ", ".join(parts_text) or "no unit")
             if found["unknown"]:
                 text += (f" · not known for {', '.join(found['unknown'])}: only some rows "
@@ -556,57 +589,52 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             return figure, text
         return ff.heatmaps_figure(nodes), ""
 
+    def editable(trial: str | None, chain: Any) -> fe.StoredInput | None:
+        """What an edit of ``chain`` must look like, from the stored chain (never from the
+        browser): its first node's input for the sample, its origin, step and shape."""
+        if trial is None or not isinstance(chain, str):
+            return None
+        return fe.stored_input(chain, chain_data(trial, chain))
+
     @app.callback(
         Output(EDIT, "data"),
         Output(EDITOR, "figure"),
+        Output(EDIT_STATUS, "children"),
         Input(CHAIN, "value"),
         Input(EDITOR, "clickData"),
         Input(RESET, "n_clicks"),
         State(EDIT, "data"),
         State(Z_VALUE, "value"),
         State(MODE, "value"),
-        State(ORIGIN, "value"),
         State(ids.SELECTION, "data"),
     )
-    def edit(chain: str | None, click: Any, _reset: Any, state: dict | None, z: Any,
-             mode: str | None, origin: str | None, selection: dict | None) -> tuple:
+    def edit(chain: str | None, click: Any, _reset: Any, state: Any, z: Any,
+             mode: str | None, selection: dict | None) -> tuple:
         trigger = dash.callback_context.triggered_id
-        trial = trial_of(selection)
-        if trigger == EDITOR and state and state.get("chain") == chain:
-            unit = unit_of_point(((click or {}).get("points") or [{}])[0], state["shape"])
+        try:
+            stored = editable(trial_of(selection), chain)
+        except ComgraError as e:
+            return None, empty_figure("No input to edit for this chain.", 200), str(e)
+        if stored is None:
+            return None, empty_figure("No input to edit for this chain.", 200), ""
+        values = stored.values
+        if trigger == EDITOR and isinstance(state, Mapping) and state.get("chain") == chain:
+            # the browser's state is checked against the stored input before any use
+            try:
+                values = fe.edited_values(state, stored)
+                z = fe.checked_z(z)
+            except ComgraError as e:
+                return no_update, no_update, f"Edit refused: {e}"
+            unit = unit_of_point(clicked_point(click), stored.shape)
             if unit is None:
-                return no_update, no_update
-            values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
-            z = float(z) if z is not None else 1.0
-            values = (ff.paint(values, [int(unit)], z) if mode == "paint"
-                      else ff.toggle(values, int(unit), z))
-            state = {**state, "values": values.reshape(-1).tolist()}
-        else:
-            state = base_input(trial, chain, origin)
-        if state is None:
-            return None, empty_figure("No input to edit for this chain.", 200)
-        values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
-        original = np.asarray(state["original"], dtype=np.float32).reshape(state["shape"])
-        changed = int((values != original).sum())
-        figure = ff.editor_figure(values, original=original, title=(
-            f"{state['node']} of sample {state['sample']} · {changed} cell"
+                return no_update, no_update, no_update
+            values = (ff.paint(values, [unit], z) if mode == "paint"
+                      else ff.toggle(values, unit, z))
+        changed = int((values != stored.values).sum())
+        figure = ff.editor_figure(values, original=stored.values, title=(
+            f"{stored.node} of sample {stored.sample} · {changed} cell"
             f"{'s' if changed != 1 else ''} edited"))
-        return state, figure
-
-    def base_input(trial: str | None, chain: str | None, origin: str | None) -> dict | None:
-        """What the editor starts from: the chain's first node for its sample, as the
-        origin (the recorded run, or an edit) had it."""
-        if trial is None or chain is None:
-            return None
-        flows = chain_data(trial, chain)
-        if not flows or flows[0].value_source is None:
-            return None
-        info = flows[0].info
-        values = np.asarray(flows[0].value_source, dtype=np.float32)
-        return {"chain": chain, "origin": origin or RUN, "node": info.source,
-                "sample": info.sample, "step": info.training_step,
-                "shape": list(values.shape), "values": values.reshape(-1).tolist(),
-                "original": values.reshape(-1).tolist()}
+        return fe.editor_state(stored, values), figure, ""
 
     @app.callback(
         Output(SAVED, "data"),
@@ -618,16 +646,20 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         State(ids.SELECTION, "data"),
         prevent_initial_call=True,
     )
-    def save(clicks: int | None, state: dict | None, note: str | None,
-             selection: dict | None) -> tuple:
+    def save(clicks: int | None, state: Any, note: Any, selection: dict | None) -> tuple:
         trial = trial_of(selection)
-        if not clicks or not state or trial is None:
-            return no_update, "Nothing to save: choose a chain with an input first.", no_update
-        values = np.asarray(state["values"], dtype=np.float32).reshape(state["shape"])
+        chain = state.get("chain") if isinstance(state, Mapping) else None
         try:
-            batch, sample = edited_batch(trial, state, values)
-            probe_id = submit_input(data.path, trial, batch, training_step=state["step"],
-                                    sample=sample, note=note or "")
+            stored = editable(trial, chain) if clicks else None
+            if stored is None:
+                return (no_update, "Nothing to save: choose a chain with an input first.",
+                        no_update)
+            parts.refuse_writes("save edited inputs into the group")
+            values = fe.edited_values(state, stored)
+            batch, sample = edited_batch(trial, stored, values)
+            # like=: submit_input checks the batch against the chain's recorded input
+            probe_id = submit_input(data.path, trial, batch, training_step=stored.step,
+                                    sample=sample, note=note or "", like=stored.record_id)
         except ComgraError as e:
             return no_update, f"Not saved: {e}", no_update
         # the request is on disk: the origin's options list it at once
@@ -635,20 +667,23 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 f"Saved as {probe_id}; its flows appear when the serving process has run it.",
                 probe_id)
 
-    def edited_batch(trial: str, state: dict, values: np.ndarray) -> tuple[np.ndarray, int]:
+    def edited_batch(trial: str, stored: fe.StoredInput,
+                     values: np.ndarray) -> tuple[np.ndarray, int]:
         """The array handed to the served function: an edit's whole batch with this
         sample replaced, or (from the recorded run, which stores only the sample) a batch
-        of this one sample."""
-        origin = state.get("origin")
+        of this one sample. float32, as the chain's input is recorded."""
         group = data.group
-        if origin not in (None, RUN) and group is not None:
-            probe = next((p for p in group.read_probes(trial) if p.probe_id == origin), None)
-            if probe is not None:
-                batch = np.array(group.read_probe_input(trial, origin))
-                if (batch.ndim == values.ndim + 1 and probe.sample < batch.shape[0]
-                        and batch.shape[1:] == values.shape):
-                    batch[probe.sample] = values.astype(batch.dtype)
-                    return batch, int(probe.sample)
+        if stored.probe_id is not None and group is not None:
+            probe = next((p for p in group.read_probes(trial)
+                          if p.probe_id == stored.probe_id), None)
+            if (probe is not None and len(probe.shape) == values.ndim + 1
+                    and tuple(probe.shape[1:]) == values.shape
+                    and stored.sample < probe.shape[0]):
+                batch = np.array(group.read_probe_input(trial, stored.probe_id),
+                                 dtype=np.float32)
+                if batch.shape == tuple(probe.shape):
+                    batch[stored.sample] = values
+                    return batch, stored.sample
         return values[None], 0
 
 

@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 import pytest
-from comgra_like.app import cli
+from comgra_like.app import cli, server
 
 
 @pytest.fixture
 def no_serving(monkeypatch):
-    """Replace Dash's server: record what main() would run (the run's arguments; the app
-    it would serve is at ``.apps``)."""
+    """Replace the server: record what main() would serve (the options as a dict; the app
+    it would serve is at ``.apps``, the ServeOptions at ``.options``)."""
 
     class Calls(list):
-        """One entry per run: its arguments; ``apps``: the apps it would serve."""
+        """One entry per serve: host, port, debug, read_only; ``apps``, ``options``."""
 
     calls = Calls()
     calls.apps = []
+    calls.options = []
 
-    def fake_run(self, **kwargs):
-        calls.append(kwargs)
-        calls.apps.append(self)
+    def fake_serve(app, options, announce):
+        calls.append({"host": options.host, "port": options.port, "debug": options.debug,
+                      "read_only": options.read_only})
+        calls.apps.append(app)
+        calls.options.append(options)
+        announce(server.urls(options, options.port))
+        return 0
 
-    monkeypatch.setattr("dash.Dash.run", fake_run)
+    monkeypatch.setattr(server, "serve", fake_serve)
     return calls
 
 
 def test_defaults_bind_localhost_and_print_the_url(no_serving, tiny_group, capsys):
     assert cli.main(["--path", str(tiny_group)]) == 0
     assert no_serving == [
-        {"host": "127.0.0.1", "port": 8055, "debug": False, "use_reloader": False}
+        {"host": "127.0.0.1", "port": 8055, "debug": False, "read_only": False}
     ]
+    assert no_serving.options[0].token is None
+    assert not no_serving.apps[0].comgra_parts.read_only
     out = capsys.readouterr().out
     assert "http://127.0.0.1:8055/" in out
 
@@ -103,6 +110,44 @@ def test_use_path_for_test_run(no_serving, monkeypatch, tmp_path, capsys):
     assert f"showing {tmp_path / 'comgra_like' / 'test_run'}" in captured.out
 
 
-def test_other_hosts_are_warned_about(no_serving, tiny_group, capsys):
+def test_other_hosts_are_warned_about_get_a_token_and_are_read_only(no_serving, tiny_group,
+                                                                   capsys):
     assert cli.main(["--path", str(tiny_group), "--host", "0.0.0.0"]) == 0
-    assert "anyone who can reach this machine" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "anyone who can reach this machine" in captured.err
+    options = no_serving.options[0]
+    assert options.read_only and no_serving.apps[0].comgra_parts.read_only
+    assert len(options.token) >= 32  # generated: 24 random bytes
+    assert f"http://127.0.0.1:8055/?token={options.token}" in captured.out
+    assert "(read-only)" in captured.out
+
+
+def test_token_and_write_flags(no_serving, tiny_group, monkeypatch, capsys):
+    assert cli.main(["--path", str(tiny_group), "--host", "0.0.0.0", "--allow-writes",
+                     "--token", "a-long-token"]) == 0
+    assert no_serving.options[-1].token == "a-long-token"
+    assert not no_serving.options[-1].read_only
+    monkeypatch.setenv("COMGRA_TOKEN", "from-the-environment")
+    assert cli.main(["--path", str(tiny_group), "--read-only"]) == 0
+    assert no_serving.options[-1].token == "from-the-environment"  # loopback too, if given
+    assert no_serving.options[-1].read_only
+    assert cli.main(["--path", str(tiny_group), "--token", "short"]) == 2
+    assert "at least 8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # one or the other
+        cli.main(["--path", str(tiny_group), "--read-only", "--allow-writes"])
+    assert cli.main(["--path", str(tiny_group), "--max-request-mb", "0"]) == 2
+
+
+def test_host_allow_list(no_serving, tiny_group):
+    assert cli.main(["--path", str(tiny_group), "--allow-host", "Comgra.Example"]) == 0
+    hosts = no_serving.options[-1].hosts
+    assert hosts.allows("localhost:8055") and hosts.allows("127.0.0.1:8055")
+    assert hosts.allows("[::1]:8055") and hosts.allows("comgra.example:8055")
+    assert not hosts.allows("evil.example:8055") and not hosts.allows("10.1.2.3:8055")
+    assert not hosts.allows(None)
+    assert cli.main(["--path", str(tiny_group), "--host", "0.0.0.0"]) == 0
+    hosts = no_serving.options[-1].hosts
+    assert hosts.allows("10.1.2.3:8055")  # an address cannot be rebound; a name can
+    assert not hosts.allows("evil.example")
+    assert cli.main(["--path", str(tiny_group), "--allow-host", "*"]) == 0
+    assert no_serving.options[-1].hosts.allows("evil.example")
