@@ -33,6 +33,7 @@ import pandas as pd
 
 from .figures import Figure, axis, base_layout, empty_figure
 from .graph_layout import compute_layout
+from .module_sharing import hover_rows, sharing
 from .plot_text import plot_text
 
 #: The virtual root's id when the recording names no root invocation.
@@ -194,9 +195,10 @@ def format_shape(shape: Any) -> str:
     return "(" + ", ".join(dims) + ")"
 
 
-def module_hover(inv: Mapping[str, Any]) -> str:
-    """Tooltip: name and class, one row per input and output with its shape, then the
-    module's ``extra_repr`` as key: value rows."""
+def module_hover(inv: Mapping[str, Any], shared: list | None = None) -> str:
+    """Tooltip: name and class, one row per input and output with its shape, the
+    module's ``extra_repr`` as key: value rows, then its parameters shared with other
+    modules (``module_sharing.SharedParameter``)."""
     name = plot_text(inv.get("module") or inv.get("id") or "model")
     rows = [f"<b>{name}</b> · {plot_text(inv.get('class') or '')}"]
     for port in list(inv.get("inputs") or ()) + list(inv.get("outputs") or ()):
@@ -207,6 +209,9 @@ def module_hover(inv: Mapping[str, Any]) -> str:
     if extra:
         rows.append("―――")
         rows.extend(f"{plot_text(k)}: {plot_text(v)}" for k, v in extra.items())
+    if shared:
+        rows.append("―――")
+        rows.extend(hover_rows(shared))
     return "<br>".join(rows)
 
 
@@ -219,6 +224,7 @@ def level_view(graph: Mapping[str, Any] | None, parent: str | None = None) -> Le
         parent = root
     kids = children(graph, parent)
     kid_ids = {str(k["id"]) for k in kids}
+    shares = sharing(graph)
     parent_inv = by_id.get(parent, {})
     shapes = {("input", p.get("role")): p.get("shape") for p in parent_inv.get("inputs") or ()}
     shapes |= {("output", p.get("role")): p.get("shape") for p in parent_inv.get("outputs") or ()}
@@ -260,7 +266,8 @@ def level_view(graph: Mapping[str, Any] | None, parent: str | None = None) -> Le
     for kid in kids:
         kid_id = str(kid["id"])
         nodes.append(
-            LevelNode(kid_id, "module", _short_name(by_id, kid_id), module_hover(kid),
+            LevelNode(kid_id, "module", _short_name(by_id, kid_id),
+                      module_hover(kid, shares.get(str(kid.get("module") or kid_id))),
                       has_children=has_children(graph, kid_id),
                       module=str(kid.get("module") or kid_id))
         )

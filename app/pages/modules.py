@@ -32,7 +32,7 @@ from dash import ALL, MATCH, Input, Output, State, dcc, html, no_update
 
 from comgra_like.vocabulary import ANY_TYPE
 
-from .. import ids, module_data
+from .. import ids, module_data, module_sharing
 from .. import module_figures as mf
 from .. import selection as sel
 from ..figures import empty_figure
@@ -152,8 +152,10 @@ def breadcrumb_bar(crumbs: Any) -> list:
     return parts
 
 
-def report_view(report: Mapping[str, Any] | None) -> Any:
-    """'Why is this empty?': the modules watch skipped, and why."""
+def report_view(report: Mapping[str, Any] | None,
+                shares: Mapping[str, Any] | None = None) -> Any:
+    """'Why is this empty?': the modules watch skipped, and why (and, for a module that
+    holds a shared parameter, where that parameter is shown)."""
     if not report:
         return None
     skipped = list(report.get("skipped") or ())
@@ -166,11 +168,17 @@ def report_view(report: Mapping[str, Any] | None) -> Any:
             html.Summary(f"{summary}, {len(skipped)} skipped"),
             html.Ul([html.Li([html.Code(str(s.get("module"))), f": {s.get('reason')}",
                               html.Span(f" ({s['detail']})", className="text-muted")
-                              if s.get("detail") else None])
+                              if s.get("detail") else None,
+                              _shared_note(str(s.get("module")), shares)])
                      for s in skipped[:200]], className="mb-0"),
         ],
         className="modules-skipped",
     )
+
+
+def _shared_note(module: str, shares: Mapping[str, Any] | None) -> Any:
+    note = module_sharing.skipped_note(module, shares or {})
+    return html.Span(f"; {note}", className="modules-shared-note") if note else None
 
 
 def panel(module: str) -> html.Div:
@@ -391,7 +399,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         info = (f"structure of step {step} · {count} module call{'s' if count != 1 else ''} "
                 "at this level · click a module to show its histograms (▸ opens it)")
         return (figure, breadcrumb_bar(level.breadcrumb), info,
-                report_view(module_data.watch_report(data, trial)), options, compare,
+                report_view(module_data.watch_report(data, trial),
+                            module_sharing.sharing(graph)), options, compare,
                 executions, execution, key)
 
     @app.callback(
@@ -490,6 +499,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 label = name if len(groups) == 1 else f"{name} · {group}"
                 grids.append((label, _grid(frame, what, role, execution, data.steps(t), group)))
         title = f"{module} · {role} · {mf.WHAT_LABELS.get(what, what)}"
+        note = module_sharing.panel_note(next(iter(frames.values())), what, role)
+        if note:  # a tied parameter: recorded once, shown under every holder
+            title += f" · {note}"
         if rank == module_data.MERGED:
             merged = [f for f in frames.values() if "merge" in f]
             how = ("re-binned" if any((f["merge"] == "rebinned").any() for f in merged)

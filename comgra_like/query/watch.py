@@ -36,7 +36,10 @@ WHATS = ("io", "io_grad", "params", "params_grad")
 
 HISTOGRAM_COLUMNS = ["training_step", "type_of_execution", "iteration", "node", "role",
                      "recording_type", "what", "time", "lo", "hi", "counts", "n", "vmin",
-                     "vmax"]
+                     "vmax", "shared_with", "recorded_as"]
+#: The columns the histograms table stores (the last two are added by the reads).
+STORED_COLUMNS = HISTOGRAM_COLUMNS[:-2]
+_PARAM_WHATS = ("params", "params_grad")
 
 
 @dataclass
@@ -45,6 +48,7 @@ class _TrialWatch:
     report_signature: tuple | None = None
     tables: dict[str, tuple[tuple[str, ...], pa.Table]] = field(default_factory=dict)
     report: tuple[tuple | None, dict | None] | None = None
+    shared: tuple[str | None, list[dict]] | None = None  # graph hash -> its shared params
 
 
 class WatchIndex:
@@ -118,6 +122,27 @@ class WatchIndex:
         state.tables.pop(table, None)
         return self.table(trial_id, table)
 
+    def shared_parameters(self, trial_id: str) -> list[dict]:
+        """The trial's parameters held by several modules (tied weights), from its latest
+        module graph: ``[{"recorded": (module, name), "holders": [(module, name), ...]}]``;
+        empty for a trial without any (or recorded before the graph named them)."""
+        table = self.table(trial_id, MODULE_STEPS)
+        if not table.num_rows:
+            return []
+        last = pc.sort_indices(table, sort_keys=[("training_step", "descending")])[0].as_py()
+        digest = str(table.column("graph_hash").cast(pa.string())[last].as_py())
+        state = self._state(trial_id)
+        if state.shared is not None and state.shared[0] == digest:
+            return state.shared[1]
+        try:
+            graph = read_module_graph_file(self.group, trial_id, digest)
+        except StorageError:  # the histograms still read, shown under their recorded holder
+            graph = None
+        value = shared_of_graph(graph)
+        if trial_id in self._trials:
+            state.shared = (digest, value)
+        return value
+
     def report(self, trial_id: str) -> dict | None:
         state = self._state(trial_id)
         if state.report is not None and state.report[0] == state.report_signature:
@@ -148,15 +173,50 @@ def _of_ranks(table: pa.Table, ranks: list[int]) -> pa.Table:
     return table.filter(pc.is_in(table.column(RANK), value_set=pa.array(ranks, pa.int32())))
 
 
+def shared_of_graph(graph: Any) -> list[dict]:
+    """A module graph's ``shared_parameters`` as tuples (an old graph, or a model without
+    tied weights: none); malformed entries are left out."""
+    out: list[dict] = []
+    entries = graph.get("shared_parameters") if isinstance(graph, dict) else None
+    for entry in entries or ():
+        try:
+            recorded = (str(entry["recorded"][0]), str(entry["recorded"][1]))
+            holders = [(str(m), str(p)) for m, p in entry["holders"]]
+        except (KeyError, TypeError, IndexError, ValueError):
+            continue
+        if recorded in holders and len(holders) > 1:
+            out.append({"recorded": recorded, "holders": holders})
+    return out
+
+
 def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
                     with_rank: bool = False, nodes: Any = None, roles: Any = None,
                     what: Any = None, steps: Any = None, recording_types: Any = None,
                     types_of_execution: Any = None) -> pd.DataFrame:
     """The histograms of a trial's ``ranks`` as one row each (see
-    ``Group.read_histograms``); ``with_rank`` adds a ``rank`` column."""
+    ``Group.read_histograms``); ``with_rank`` adds a ``rank`` column.
+
+    A parameter held by several modules (tied weights) is recorded once, under its first
+    holder; its rows are shown under every holder: the recorded rows with ``shared_with``
+    naming the other holders' parameters (``model.lm_head.weight``), and one copy per
+    other holder (``node`` and ``role`` that holder's) with ``recorded_as`` naming the
+    recorded one. Every other row has both empty."""
+    shared = index.shared_parameters(trial_id)
+    wanted_nodes, wanted_roles = _as_list(nodes), _as_list(roles)
+    read_nodes, read_roles = wanted_nodes, wanted_roles
+    if shared and (wanted_nodes is not None or wanted_roles is not None):
+        # the recorded rows of a holder asked for are read, copied below
+        extra = [e["recorded"] for e in shared if any(
+            (wanted_nodes is None or m in wanted_nodes) and (wanted_roles is None or p in
+                                                             wanted_roles)
+            for m, p in e["holders"])]
+        if wanted_nodes is not None:
+            read_nodes = list(wanted_nodes) + [m for m, _p in extra]
+        if wanted_roles is not None:
+            read_roles = list(wanted_roles) + [p for _m, p in extra]
     table = _of_ranks(index.table(trial_id, HISTOGRAMS), ranks)
     mask = None
-    for column, wanted in (("node", nodes), ("role", roles), ("what", what),
+    for column, wanted in (("node", read_nodes), ("role", read_roles), ("what", what),
                            ("training_step", steps), ("recording_type", recording_types),
                            ("type_of_execution", types_of_execution)):
         values = _as_list(wanted)
@@ -172,7 +232,7 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
         mask = m if mask is None else pc.and_(mask, m)
     if mask is not None:
         table = table.filter(mask)
-    names = HISTOGRAM_COLUMNS + ([RANK] if with_rank else [])
+    names = STORED_COLUMNS + ([RANK] if with_rank else [])
     columns = {}
     for name in names:
         col = table.column(name)
@@ -183,9 +243,42 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
         else:
             columns[name] = col.to_numpy()
     frame = pd.DataFrame(columns, columns=names)
+    frame.insert(len(STORED_COLUMNS), "shared_with", "")
+    frame.insert(len(STORED_COLUMNS) + 1, "recorded_as", "")
+    if shared and not frame.empty:
+        frame = _with_holders(frame, shared)
+        if wanted_nodes is not None:
+            frame = frame[frame["node"].isin([str(n) for n in wanted_nodes])]
+        if wanted_roles is not None:
+            frame = frame[frame["role"].isin([str(r) for r in wanted_roles])]
     order = ["training_step", "iteration", "what", "node", "role", "recording_type"]
     return frame.sort_values(order + ([RANK] if with_rank else []),
                              kind="stable").reset_index(drop=True)
+
+
+def _with_holders(frame: pd.DataFrame, shared: list[dict]) -> pd.DataFrame:
+    """``frame`` with the rows of each shared parameter copied to its other holders and
+    ``shared_with``/``recorded_as`` filled in (see ``read_histograms``)."""
+    is_param = frame["what"].isin(_PARAM_WHATS)
+    parts = [frame]
+    for entry in shared:
+        (module, name), holders = entry["recorded"], entry["holders"]
+        rows = is_param & (frame["node"] == module) & (frame["role"] == name)
+        if not rows.any():
+            continue
+        full = [f"{m}.{p}" for m, p in holders]
+        recorded = f"{module}.{name}"
+        frame.loc[rows, "shared_with"] = ", ".join(f for f in full if f != recorded)
+        original = frame[rows]
+        for (m, p), f in zip(holders, full):
+            if (m, p) == (module, name):
+                continue
+            copy = original.copy()
+            copy["node"], copy["role"] = m, p
+            copy["shared_with"] = ", ".join(x for x in full if x != f)
+            copy["recorded_as"] = recorded
+            parts.append(copy)
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else frame
 
 
 #: What identifies one histogram apart from the rank that recorded it.
@@ -234,6 +327,8 @@ def merge_histograms(frame: pd.DataFrame, rebin: bool = False) -> pd.DataFrame:
             new_lo, new_hi = float(lo.min()), float(hi.max())
             merged, how = _rebin(counts, lo, hi, new_lo, new_hi, max(bins)), REBINNED
         row = {c: first[c] for c in HISTOGRAM_KEY}
+        row.update(shared_with=first.get("shared_with", ""),
+                   recorded_as=first.get("recorded_as", ""))
         row.update(time=first["time"], lo=new_lo, hi=new_hi, counts=merged,
                    n=int(rows["n"].sum()), vmin=float(rows["vmin"].min()),
                    vmax=float(rows["vmax"].max()), ranks=len(rows), merge=how)
