@@ -136,19 +136,17 @@ def first_divergence(group: Group | str, trial_a: str, trial_b: str | None = Non
                             "nothing to compare")
     a = a[a["training_step"].isin(common)]
     b = b[b["training_step"].isin(common)]
-    joined = a.merge(b, on=KEYS, how="outer", suffixes=("_a", "_b"), indicator=True)
+    joined, names = _join(a, b)
     differs = _differs(joined, tolerance, atol)
     if not differs.any():
         return None
     bad = joined[differs]
     step = int(bad["training_step"].min())
-    at_step = bad[bad["training_step"] == step]
+    at_step = _decode(bad[bad["training_step"] == step], names)
     row = _first_in_graph_order(g, trial_a, step, at_step)
     statistic, va, vb, rel = _worst_statistic(row, tolerance, atol)
     earlier = common[common < step]
-    toe = row.get("type_of_execution_a")
-    if not isinstance(toe, str):
-        toe = row.get("type_of_execution_b")
+    toe = row["type_of_execution"]
     values = None
     if read_values:
         values = _values_difference(g, trial_a, trial_b, rank_a, rank_b, row)
@@ -164,12 +162,64 @@ def first_divergence(group: Group | str, trial_a: str, trial_b: str | None = Non
         values_max_abs_difference=values)
 
 
+_NAMES = ("node", "role", "recording_type", "aggregation", "type_of_execution")
+
+
 def _read(g: Group, trial: str, rank: int | None, kinds) -> pd.DataFrame:
-    frame = g.read_statistics(trial, statistics=list(COMPARED), ranks=rank)
+    # Arrow's dictionary columns become categoricals: no string per row is ever made.
+    frame = g.read_statistics(trial, statistics=list(COMPARED), ranks=rank,
+                              as_pandas=False).to_pandas()
     if kinds is not None:
-        frame = frame[frame["kind"].isin(list(kinds))]
-    keep = KEYS + ["type_of_execution", *COMPARED]
-    return frame[keep]
+        frame = frame[frame["kind"].isin(list(kinds)).to_numpy()]
+    return frame[KEYS + ["type_of_execution", *COMPARED]]
+
+
+def _join(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, pd.Index]]:
+    """The rows of both sides side by side (``<statistic>_a``, ``<statistic>_b``,
+    ``_merge``), names as integer codes into ``names[column]``. Two recordings of one
+    code write their rows in the same order: then the sides are put together by
+    position, else by an outer join on the keys."""
+    names: dict[str, pd.Index] = {}
+    coded = []
+    for side in (a, b):
+        coded.append({k: side[k].to_numpy() for k in KEYS if k not in _NAMES})
+    for column in _NAMES:
+        union = pd.Index(_categories(a[column])).union(pd.Index(_categories(b[column])))
+        names[column] = union
+        for side, out in zip((a, b), coded):
+            out[column] = pd.Categorical(side[column], categories=union).codes.astype(np.int32)
+    keys = [k for k in KEYS] + ["type_of_execution"]
+    if len(a) == len(b) and all(np.array_equal(coded[0][k], coded[1][k]) for k in keys):
+        frame = pd.DataFrame({k: coded[0][k] for k in keys})
+        for stat in COMPARED:
+            frame[f"{stat}_a"] = a[stat].to_numpy(np.float64)
+            frame[f"{stat}_b"] = b[stat].to_numpy(np.float64)
+        frame["_merge"] = "both"
+        return frame, names
+    sides = []
+    for side, out in zip((a, b), coded):
+        frame = pd.DataFrame(out)
+        for stat in COMPARED:
+            frame[stat] = side[stat].to_numpy(np.float64)
+        sides.append(frame)
+    # type_of_execution belongs to the step: joined on it too (a step of another type
+    # differs anyway).
+    joined = sides[0].merge(sides[1], on=keys, how="outer", suffixes=("_a", "_b"),
+                            indicator=True)
+    return joined, names
+
+
+def _categories(column: pd.Series):
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.categories
+    return pd.unique(column.astype(str))
+
+
+def _decode(rows: pd.DataFrame, names: dict[str, pd.Index]) -> pd.DataFrame:
+    out = rows.copy()
+    for column, union in names.items():
+        out[column] = np.asarray(union)[rows[column].to_numpy()]
+    return out
 
 
 def _differs(joined: pd.DataFrame, tolerance: float, atol: float) -> np.ndarray:
