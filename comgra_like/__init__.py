@@ -51,6 +51,7 @@ __all__ = [
     "compact_trial",
     "my_recorder",
     "open_group",
+    "show",
     "watch",
 ]
 
@@ -72,6 +73,10 @@ def __getattr__(name: str) -> Any:
         from . import watching as _watch
 
         return getattr(_watch, name)
+    if name == "show":  # the GUI in a notebook: a background `comgra`, no dash here
+        from .notebook import show
+
+        return show
     if name == "compact_trial":
         from .writer.compaction import compact_trial
 

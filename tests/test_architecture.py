@@ -41,6 +41,7 @@ LAYERS = [
     ("comgra_like.errors", "shared"),
     ("comgra_like.objects", "shared"),
     ("comgra_like.paths", "shared"),
+    ("comgra_like.notebook", "notebook"),  # show(): starts `comgra` in a process of its own
 ]
 
 # Which layers each layer may import (besides itself). Data flows one way: the training
@@ -66,6 +67,7 @@ ALLOWED = {
     "probe": {"shared", "format", "record", "query"},
     # the tutorial trains (record) and its plugin reads (query)
     "scripts": {"shared", "format", "record", "query", "app", "probe"},
+    "notebook": {"shared"},
 }
 
 # Third-party packages a layer must not import: the GUI and the writer run without torch;
@@ -85,6 +87,7 @@ FORBIDDEN_EXTERNAL = {
     "probe": {"dash", "plotly"},
     "monitor": {"dash", "plotly"},
     "scripts": set(),
+    "notebook": {"torch", "dash", "plotly"},
 }
 
 
