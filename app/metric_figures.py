@@ -39,6 +39,7 @@ import pandas as pd
 from comgra_like.metrics.quantities import BANDS, QUANTITIES, band
 
 from .figures import Figure, axis, base_layout, empty_figure
+from .natural import natural_key
 from .plot_text import plot_text
 
 #: Module colours, assigned in the order of the modules of the page (the same module has
@@ -101,9 +102,9 @@ def _rows_of(frame: pd.DataFrame, metric: str,
 
 def series(frames: Mapping[str, pd.DataFrame], metric: str,
            modules: Sequence[str] | None = None) -> list[Series]:
-    """The lines of one metric: per trial (in the given order), module, backward pass and
-    rank (a frame with a ``rank`` column: the ranks side by side), the computed steps
-    ascending with their values."""
+    """The lines of one metric: per trial (in the given order), module (in natural order:
+    ``h.2`` before ``h.10``), backward pass and rank (a frame with a ``rank`` column: the
+    ranks side by side), the computed steps ascending with their values."""
     out: list[Series] = []
     for trial, frame in frames.items():
         if frame is None or frame.empty:
@@ -111,7 +112,9 @@ def series(frames: Mapping[str, pd.DataFrame], metric: str,
         part = _rows_of(frame, metric, modules)
         ranked = "rank" in part.columns
         by = ["module", "backward_pass"] + (["rank"] if ranked else [])
-        for key, rows in part.groupby(by, sort=False):
+        groups = sorted(part.groupby(by, sort=False),
+                        key=lambda kv: (natural_key(str(kv[0][0])), *kv[0][1:]))
+        for key, rows in groups:
             rows = rows.sort_values("training_step", kind="stable")
             out.append(Series(str(trial), str(key[0]), int(key[1]),
                               rows["training_step"].to_numpy(dtype=np.int64),
