@@ -433,7 +433,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             message = history_text if isinstance(history_text, str) and history_text else (
                 "No trial selected." if trial is None else "No flows to show.")
             return empty_figure(message, 420), no_update, hidden, ""
-        max_units = fe.checked_choice(max_units, MAX_UNITS_CHOICES, ff.DEFAULT_MAX_UNITS)
+        max_units = fe.checked_count(max_units, 1, max(MAX_UNITS_CHOICES),
+                                     ff.DEFAULT_MAX_UNITS)
         slider = fe.checked_slider(slider, ff.SLIDER_MIN, ff.SLIDER_MAX, DEFAULT_SLIDER)
         flows = chain_data(trial, chain)
         if not flows:

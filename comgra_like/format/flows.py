@@ -174,10 +174,23 @@ def write_flow(group: str | os.PathLike, trial_id: str, meta: Mapping[str, Any],
 # ----- probes: the GUI's side (no torch) ----------------------------------------------
 
 
+#: What :func:`submit_input` keeps per trial (the Flow page's Save writes through it): at
+#: most this many saved inputs, holding at most this many bytes of input arrays together.
+#: A Save beyond either is refused with a StorageError saying so; delete old folders
+#: under ``trials/<trial>/probes/`` to make room.
+MAX_PROBES_PER_TRIAL = 500
+MAX_PROBE_BYTES_PER_TRIAL = 256 * 2**20
+#: A note longer than this is refused; rows: at most this many units per probe.
+MAX_NOTE_CHARS = 1000
+MAX_ROWS_PER_PROBE = 4096
+
+_submit_lock = threading.Lock()  # the bound's check and the write, one Save at a time
+
+
 def submit_input(group: str | os.PathLike, trial_id: str, array: np.ndarray, *,
                  training_step: int | None = None, sample: int = 0,
                  rows: Mapping[str, list[int]] | None = None, note: str = "",
-                 files: Files | None = None) -> str:
+                 like: str | None = None, files: Files | None = None) -> str:
     """Save an edited input for the process serving probes of ``trial_id``; returns the
     probe id.
 
@@ -185,8 +198,14 @@ def submit_input(group: str | os.PathLike, trial_id: str, array: np.ndarray, *,
     function expects); ``sample`` is the sample of that batch whose flows are computed,
     ``training_step`` the recorded step the edit starts from (stored for the page).
     ``rows`` asks for single units where a full flow is too large: target node name ->
-    flat indices of its units (per sample). Written atomically: the serving process sees
-    the request whole or not at all.
+    flat indices of its units (per sample). ``like``: the id of a stored flow record
+    whose source is the node edited (the first pair of a chain); the array must then be
+    a batch of that record's input: its sample shape and dtype (float32, as recorded),
+    with ``sample`` inside the batch. Written atomically: the serving process sees the
+    request whole or not at all.
+
+    Bounded per trial (:data:`MAX_PROBES_PER_TRIAL` inputs, :data:`MAX_PROBE_BYTES_PER_TRIAL`
+    bytes of inputs): beyond, nothing is written and a StorageError says which bound.
     """
     files = files or files_for(group)
     root = require_trial(group, trial_id, files)
@@ -196,21 +215,89 @@ def submit_input(group: str | os.PathLike, trial_id: str, array: np.ndarray, *,
             f"the edited input has dtype {array.dtype}; pass an array of numbers")
     if not isinstance(sample, (int, np.integer)) or sample < 0:
         raise ConfigurationError(f"sample must be an integer >= 0, not {sample!r}")
+    if like is not None:
+        _check_like(group, trial_id, like, array, int(sample), files)
+    if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
+        raise ConfigurationError(
+            f"the note must be a text of at most {MAX_NOTE_CHARS} characters")
     clean_rows = None
     if rows is not None:
         clean_rows = {}
         for name, indices in rows.items():
-            values = [int(i) for i in np.asarray(indices, dtype=np.int64).ravel()]
+            flat = np.asarray(indices).ravel()
+            if flat.size > MAX_ROWS_PER_PROBE or (flat.size and flat.dtype.kind not in "iu"):
+                raise ConfigurationError(
+                    f"rows for {name!r} must be at most {MAX_ROWS_PER_PROBE} integer unit "
+                    "indices")
+            values = [int(i) for i in flat]
             if any(i < 0 for i in values):
                 raise ConfigurationError(f"rows for {name!r} must be flat indices >= 0")
             clean_rows[str(name)] = values
-    probe_id = new_id("p")
-    meta = {"probe_id": probe_id, "trial_id": trial_id, "format_version": FLOWS_FORMAT_VERSION,
-            "created": time.time(), "training_step": None if training_step is None
-            else int(training_step), "sample": int(sample), "rows": clean_rows,
-            "note": str(note), "shape": list(array.shape), "dtype": str(array.dtype)}
-    write_record(root / PROBES_DIR / probe_id, meta, {"input": array}, REQUEST_JSON, files)
+    with _submit_lock:
+        _check_room(root / PROBES_DIR, trial_id, array.nbytes, files)
+        probe_id = new_id("p")
+        meta = {"probe_id": probe_id, "trial_id": trial_id,
+                "format_version": FLOWS_FORMAT_VERSION, "created": time.time(),
+                "training_step": None if training_step is None else int(training_step),
+                "sample": int(sample), "rows": clean_rows, "note": note,
+                "shape": list(array.shape), "dtype": str(array.dtype)}
+        write_record(root / PROBES_DIR / probe_id, meta, {"input": array}, REQUEST_JSON,
+                     files)
     return probe_id
+
+
+def _check_like(group: str | os.PathLike, trial_id: str, record_id: str, array: np.ndarray,
+                sample: int, files: Files) -> None:
+    """Refuse ``array`` unless it is a batch of the input of flow record ``record_id``."""
+    path = flows_dir(group, trial_id) / check_id(record_id, "record_id") / RECORD_JSON
+    if not files.is_file(path):
+        raise NotFoundError(f"trial {trial_id!r} has no flow record {record_id!r}: no "
+                            "recorded input to check the edited one against")
+    try:
+        meta = files.read_json(path)
+        source, shape = str(meta["source"]), tuple(int(s) for s in meta["source_shape"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StorageError(f"cannot read {path}: {e}") from e
+    if array.ndim != len(shape) + 1 or tuple(array.shape[1:]) != shape:
+        batch = f"(batch, {', '.join(map(str, shape))})" if shape else "(batch,)"
+        raise ConfigurationError(
+            f"the edited input has shape {tuple(array.shape)}; the chain's input "
+            f"{source!r} is recorded with shape {shape} per sample, so a batch of it has "
+            f"shape {batch}")
+    if array.dtype != np.float32:
+        raise ConfigurationError(
+            f"the edited input has dtype {array.dtype}; the chain's input {source!r} is "
+            "recorded as float32")
+    if sample >= array.shape[0]:
+        raise ConfigurationError(
+            f"sample {sample} is not in the edited batch of {array.shape[0]}")
+
+
+def _check_room(folder: Path, trial_id: str, nbytes: int, files: Files) -> None:
+    """Refuse a new input beyond the trial's bounds on saved inputs (count and bytes)."""
+    names = [n for n in files.list(folder) if not is_hidden(n)]
+    if len(names) >= MAX_PROBES_PER_TRIAL:
+        raise StorageError(
+            f"not saved: trial {trial_id!r} holds {len(names)} saved inputs, the most "
+            f"comgra keeps per trial (MAX_PROBES_PER_TRIAL = {MAX_PROBES_PER_TRIAL}); "
+            f"delete old ones (folders in {folder}) to make room")
+    used = 0
+    for name in names:
+        try:
+            meta = files.read_json(folder / name / REQUEST_JSON)
+            used += int(np.prod(meta["shape"], dtype=np.int64)) * np.dtype(
+                meta["dtype"]).itemsize
+        except (OSError, ValueError, KeyError, TypeError):
+            signature = files.signature(folder / name / INPUT_NPY)  # no request.json yet
+            used += signature[1] if signature else 0
+    if used + nbytes > MAX_PROBE_BYTES_PER_TRIAL:
+        mib = 2**20
+        raise StorageError(
+            f"not saved: trial {trial_id!r} holds {used / mib:.1f} MiB of saved inputs; "
+            f"this one ({nbytes / mib:.1f} MiB) would pass the bound of "
+            f"{MAX_PROBE_BYTES_PER_TRIAL / mib:.0f} MiB per trial "
+            f"(MAX_PROBE_BYTES_PER_TRIAL); delete old ones (folders in {folder}) to make "
+            "room")
 
 
 def pending_probes(group: str | os.PathLike, trial_id: str,

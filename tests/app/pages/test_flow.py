@@ -157,8 +157,8 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
             changed)[(page.EDIT, "data")]
 
     state = edit(None, None, changed=(page.CHAIN, "value"))
-    original = np.asarray(state["original"], np.float32).reshape(state["shape"])
-    assert state["shape"] == [1, 6, 6] and state["node"] == "input"
+    original = np.asarray(state["values"], np.float32).reshape(state["shape"])
+    assert state["shape"] == [1, 6, 6] and state["chain"] == chain
     state = edit(state, 7)  # a nonzero cell toggled to 0
     state = edit(state, 7)  # and back to z
     state = edit(state, 8)  # off
