@@ -123,3 +123,14 @@ def callback_body(dependencies: list[dict], output_part: str,
     return {"output": output, "outputs": outputs if len(outputs) > 1 else outputs[0],
             "inputs": inputs, "state": filled(spec["state"]),
             "changedPropIds": [f"{i['id']}.{i['property']}" for i in inputs]}
+
+
+def post_callback(running: Running, session: requests.Session, output_part: str,
+                  values: dict[str, Any]) -> dict:
+    """Run one callback of the server as the page would (see callback_body); its answer's
+    "response" (component id -> property -> value)."""
+    dependencies = session.get(running.base + "/_dash-dependencies", timeout=60).json()
+    body = callback_body(dependencies, output_part, values)
+    answer = session.post(running.base + "/_dash-update-component", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["response"]

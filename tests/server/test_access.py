@@ -4,38 +4,59 @@
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import pytest
+import requests
 
-from .conftest import TUTORIAL, callback_body
+from comgra_like.app import ids
+from comgra_like.app.pages import flow
+
+from .conftest import post_callback
 
 pytestmark = pytest.mark.slow
 
-TRIAL = "trial_bugged_original_version"
-SAVE_STATUS = "flow-save-status.children"
+SELECTION = {"current": {"trial": "conv"}}  # the trial of tests/app/flow_runs.py
 
 
-def save_values(trial: str = TRIAL) -> dict:
-    """The Flow page's Save click with an edited input of two values."""
-    edit = {"chain": "c", "origin": "run", "node": "input", "sample": 0, "step": 0,
-            "shape": [2], "values": [1.0, 2.0], "original": [1.0, 0.0]}
-    return {"flow-save.n_clicks": 1, "flow-edit.data": edit, "flow-note.value": "",
-            "selection.data": {"current": {"trial": trial}}}
+def shown_chain(running, session) -> str:
+    """The chain the Flow page shows first (the lists callback)."""
+    lists = post_callback(running, session, f"{flow.CHAIN}.options", {
+        f"{ids.SELECTION}.data": SELECTION, f"{ids.TICK}.n_intervals": 1})
+    return lists[flow.CHAIN]["value"]
 
 
 def save(running, session) -> str:
-    """Post the Save callback; the text the page shows under the button."""
-    dependencies = session.get(running.base + "/_dash-dependencies", timeout=60).json()
-    values = save_values()
-    body = callback_body(dependencies, SAVE_STATUS, values)
-    for item in body["state"]:  # the ids as the app names them
-        if item["property"] == "data" and "selection" in item["id"]:
-            item["value"] = values["selection.data"]
-        if item["id"].endswith("edit") and item["property"] == "data":
-            item["value"] = values["flow-edit.data"]
-    answer = session.post(running.base + "/_dash-update-component", json=body, timeout=60)
-    assert answer.status_code == 200, answer.text
-    return answer.json()["response"]["flow-save-status"]["children"]
+    """The Flow page's Save click on the chain's input with one value changed; the text
+    the page shows under the button."""
+    chain = shown_chain(running, session)
+    edit = post_callback(running, session, f"{flow.EDIT}.data", {
+        f"{flow.CHAIN}.value": chain, f"{ids.SELECTION}.data": SELECTION})[flow.EDIT]["data"]
+    edit["values"][0] += 1.0
+    response = post_callback(running, session, f"{flow.SAVE_STATUS}.children", {
+        f"{flow.SAVE}.n_clicks": 1, f"{flow.EDIT}.data": edit, f"{flow.NOTE}.value": "",
+        f"{ids.SELECTION}.data": SELECTION})
+    return response[flow.SAVE_STATUS]["children"]
+
+
+def files_in(group) -> list:
+    return sorted(group.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def recorded_flows(tmp_path_factory):
+    """A group with gradient flows (tests/app/flow_runs.py): a complete chain at step 0, a
+    chain at step 1 that lacks the rows of conv2 but units 0 and 5."""
+    pytest.importorskip("torch")
+    from tests.app import flow_runs
+
+    return flow_runs.record(tmp_path_factory.mktemp("flows"))
+
+
+@pytest.fixture
+def flow_group(recorded_flows, tmp_path):
+    return Path(shutil.copytree(recorded_flows, tmp_path / "flows"))
 
 
 def test_without_the_token_nothing_is_served(start_server):
@@ -68,25 +89,26 @@ def test_without_the_token_nothing_is_served(start_server):
     assert running.request("GET", "/_dash-layout", headers=header).status_code == 200
     bearer = {"Authorization": f"Bearer {running.token}"}
     assert running.request("GET", "/_dash-dependencies", headers=bearer).status_code == 200
-    # with the cookie, callbacks answer (read-only: the Save callback says why it refuses)
-    assert "read-only" in save(running, session)
+    # with the cookie, callbacks answer
+    assert shown_chain(running, session) is None  # the example has no flows
 
 
 def test_read_only_refuses_writes_with_a_message_and_allow_writes_writes(
-        start_server, tutorial_copy):
-    probes = tutorial_copy / "trials" / TRIAL / "probes"
-    shared = start_server("--host", "0.0.0.0", path=tutorial_copy)
-    local = start_server("--read-only", path=tutorial_copy)
+        start_server, flow_group):
+    before = files_in(flow_group)
+    shared = start_server("--host", "0.0.0.0", path=flow_group)
+    local = start_server("--read-only", path=flow_group)
     writing = start_server("--host", "0.0.0.0", "--allow-writes", "--token", "a-long-token",
-                           path=tutorial_copy)
+                           path=flow_group)
     for running in (shared, local):
-        session = running.session() if running.token else __import__("requests").Session()
+        session = running.session() if running.token else requests.Session()
         shown = save(running, session)
         assert shown.startswith("Not saved: this GUI is read-only"), shown
         assert "--allow-writes" in shown
-        assert not probes.exists()
+        assert files_in(flow_group) == before
     shown = save(writing, writing.session())
     assert shown.startswith("Saved as p"), shown
+    probes = flow_group / "trials" / "conv" / "probes"
     assert len([p for p in probes.iterdir() if not p.name.startswith(".")]) == 1
 
 
@@ -149,3 +171,27 @@ def test_debug_serves_no_werkzeug_console(start_server):
     # the access rules hold in debug too
     answer = running.request("GET", "/", headers={"Host": "evil.example"})
     assert answer.status_code == 403
+
+
+def ask_row(running, session, unit: int) -> str:
+    """Click "compute this row" for a unit of conv2 whose row is not stored; the text
+    the page shows under the button."""
+    chain = shown_chain(running, session)
+    asked = post_callback(running, session, f"{flow.ROW_ASKED}.data", {
+        f"{flow.ROW_BUTTON}.n_clicks": 1, f"{flow.CHAIN}.value": chain,
+        f"{flow.UNIT}.data": {"chain": chain, "node": "conv2", "unit": unit},
+        f"{ids.SELECTION}.data": SELECTION})[flow.ROW_ASKED]["data"]
+    status = post_callback(running, session, f"{flow.ROW_STATUS}.children", {
+        f"{flow.ROW_ASKED}.data": asked, f"{ids.TICK}.n_intervals": 1})
+    return status[flow.ROW_STATUS]["children"]
+
+
+def test_read_only_refuses_row_requests(start_server, flow_group):
+    before = files_in(flow_group)
+    shown = ask_row(start_server("--read-only", path=flow_group), requests.Session(), 1)
+    assert shown.startswith("Not asked for the row of conv2 unit 1: this GUI is read-only")
+    assert files_in(flow_group) == before  # nothing written
+    writing = start_server(path=flow_group)  # loopback: writes allowed
+    shown = ask_row(writing, requests.Session(), 1)
+    assert shown.startswith("Asked for the row of conv2 unit 1"), shown
+    assert files_in(flow_group) != before
