@@ -60,6 +60,12 @@ STALE_SECONDS = 5.0
 #: ``chain_id`` prefix of the partial records that answer row requests.
 ROWS_CHAIN_PREFIX = "rows-"
 REQUEST_FORMAT_VERSION = 1
+#: Bounds on row requests (the Flow page writes one per click of its button): units per
+#: request, requests not yet answered, and requests kept per trial. Beyond, nothing is
+#: written and a StorageError / ConfigurationError names the bound.
+MAX_UNITS_PER_REQUEST = 1024
+MAX_PENDING_REQUESTS = 64
+MAX_REQUESTS_PER_TRIAL = 5000
 
 
 def requests_dir(group: str | os.PathLike, trial_id: str) -> Path:
@@ -139,10 +145,15 @@ def request_rows(group: str | os.PathLike, trial_id: str, record_id: str,
         raise ConfigurationError(f"units must be integers (flat unit indices): {e}") from e
     if not wanted:
         raise ConfigurationError("ask for at least one unit")
+    if len(wanted) > MAX_UNITS_PER_REQUEST:
+        raise ConfigurationError(
+            f"ask for at most {MAX_UNITS_PER_REQUEST} units per request, not {len(wanted)}")
     if wanted[0] < 0 or wanted[-1] >= n_target:
         raise ConfigurationError(
             f"units of {meta.get('target')!r} are flat indices in [0, {n_target}) (one "
             f"sample of shape {tuple(meta.get('target_shape', ()))}), not {wanted}")
+    folder = requests_dir(group, trial_id)
+    _check_room(folder, trial_id, files)
     request_id = ff.new_id("q")
     request = {
         "request_id": request_id, "trial_id": trial_id, "record_id": record_id,
@@ -150,10 +161,27 @@ def request_rows(group: str | os.PathLike, trial_id: str, record_id: str,
         **{k: meta.get(k) for k in ("source", "target", "sample", "training_step",
                                     "iteration", "probe_id", "chain_id", "position",
                                     "weighting")}}
-    folder = requests_dir(group, trial_id)
     files.make_folder(folder)
     files.write_json(folder / f"{request_id}.json", request)
     return request_id
+
+
+def _check_room(folder: Path, trial_id: str, files: Files) -> None:
+    """Refuse a new request beyond the trial's bounds (all requests, unanswered ones)."""
+    names = set(files.list(folder))
+    asked = [n for n in names if n.startswith("q") and n.endswith(".json")
+             and not is_hidden(n) and not n.endswith(RESULT_SUFFIX)]
+    if len(asked) >= MAX_REQUESTS_PER_TRIAL:
+        raise StorageError(
+            f"not asked: trial {trial_id!r} holds {len(asked)} row requests, the most comgra "
+            f"keeps per trial (MAX_REQUESTS_PER_TRIAL = {MAX_REQUESTS_PER_TRIAL}); delete "
+            f"old ones (q*.json in {folder}) to make room")
+    pending = sum(1 for n in asked if f"{n[:-len('.json')]}{RESULT_SUFFIX}" not in names)
+    if pending >= MAX_PENDING_REQUESTS:
+        raise StorageError(
+            f"not asked: trial {trial_id!r} has {pending} row requests waiting for the "
+            f"serving process (MAX_PENDING_REQUESTS = {MAX_PENDING_REQUESTS}); ask again when "
+            "it has answered them")
 
 
 def _request_ids(folder: Path, files: Files) -> list[str]:

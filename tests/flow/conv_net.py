@@ -101,7 +101,7 @@ def serve_net(root: str, group: str, trial: str, *, max_probes: int | None,
     recorder.flush()
     write_flows(base.flows(0, max_entries=max_entries), group_dir, trial, training_step=0)
     base.release()
-    served = serve(run, group=group_dir, trial_id=trial, poll_seconds=0.05,
+    served = serve(run, group=group_dir, trial_id=trial, poll_seconds=0.05, recorder=recorder,
                    max_probes=max_probes, max_rows=max_rows, max_entries=max_entries,
                    timeout=300)
     recorder.finalize()

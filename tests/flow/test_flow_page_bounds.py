@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from comgra_like.app import create_app, ids
 from comgra_like.app.pages import flow as page
+
 from comgra_like.errors import ConfigurationError, StorageError
 from comgra_like.format import flows as store
 from comgra_like.query import open_group
@@ -196,7 +196,7 @@ def test_a_click_with_a_huge_claimed_shape_is_refused_without_allocating(served)
 
 
 def test_save_refuses_an_input_unlike_the_chains_and_writes_nothing(served, group_dir):
-    proc, browser, chain, state = served
+    proc, browser, _chain, state = served
     before_bytes, before_peak = probes_bytes(group_dir), peak_kb(proc.pid)
     side = 600  # 360,000 values: 1.4 MB written per Save before the fix
     crafted = {**state, "shape": [side, side], "values": [0.0] * (side * side)}
@@ -253,3 +253,25 @@ def test_submit_input_checks_the_chains_input_and_the_trials_bounds(group_dir, t
     with pytest.raises(StorageError, match="holds 500 saved inputs"):
         store.submit_input(other, "t", np.zeros(3, np.float32))
     assert os.listdir(other / "trials" / "t" / "probes").__len__() == 500
+
+
+def test_row_requests_are_bounded_per_request_and_per_trial(group_dir):
+    from comgra_like.format import flow_requests as fr
+
+    group = open_group(group_dir)
+    partial = next(f for f in group.read_flows(TRIAL) if f.status == "partial")
+    units = [u for u in range(18) if u not in partial.rows]
+    with pytest.raises(ConfigurationError, match="at most 1024 units per request"):
+        fr.request_rows(group_dir, TRIAL, partial.record_id, range(fr.MAX_UNITS_PER_REQUEST + 1))
+    folder = fr.requests_dir(group_dir, TRIAL)
+    asked = [fr.request_rows(group_dir, TRIAL, partial.record_id, [units[k % len(units)]])
+             for k in range(fr.MAX_PENDING_REQUESTS)]
+    with pytest.raises(StorageError, match="64 row requests waiting for the serving process"):
+        fr.request_rows(group_dir, TRIAL, partial.record_id, [units[0]])
+    assert len(fr.pending_requests(group_dir, TRIAL)) == fr.MAX_PENDING_REQUESTS
+    # one answered: room for one more
+    fr.write_request_result(group_dir, TRIAL, asked[0], {"status": "failed", "error": "x"})
+    fr.request_rows(group_dir, TRIAL, partial.record_id, [units[0]])
+    for name in os.listdir(folder):
+        if name.startswith("q"):
+            (folder / name).unlink()
