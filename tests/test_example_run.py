@@ -1,7 +1,10 @@
-"""The committed recording in example_runs/tutorial must stay readable.
+"""The committed recording in example_runs/tutorial must stay readable, and every page
+of the GUI must have something to show on it (docs/EXAMPLES.md).
 
-It was written by an earlier version (``benchmarks/make_example_run.py``). If a change of
-the storage format or of the query API makes these tests fail, old recordings on users'
+The tutorial's two trials were written by an earlier version
+(``benchmarks/make_example_run.py``); ``trial_watched_classifier`` was added later by
+``python -m comgra_like.scripts.make_examples --only watched``. If a change of the
+storage format or of the query API makes these tests fail, old recordings on users'
 disks would break the same way: keep reading the old format (or migrate it), don't
 regenerate the example to make this pass.
 
@@ -22,6 +25,8 @@ GROUP_DIR = Path(__file__).resolve().parents[1] / "example_runs" / "tutorial"
 BUGGED = "trial_bugged_original_version"
 FIXED = "trial_no_activation_function_on_output_layer"
 TRIALS = [BUGGED, FIXED]
+WATCHED = "trial_watched_classifier"  # watch(model, metrics=...) and stored flows
+WATCHED_STEPS = list(range(0, 401, 50))
 RECORDED = {4: ("05_iterations", 5), 590: ("03_iterations", 3), 592: ("05_iterations", 5)}
 SAMPLES = 5
 SUBNET_OUT = "root_module.subnet_out__out"
@@ -44,10 +49,12 @@ def test_it_stays_small():
 def test_nothing_is_skipped_and_both_trials_are_finished(group):
     assert group.skipped == []
     trials = group.list_trials()
-    assert [t.trial_id for t in trials] == TRIALS
+    assert [t.trial_id for t in trials] == TRIALS + [WATCHED]
     for t in trials:
         assert t.status == "finished"
         assert t.schema_version >= 1
+        if t.trial_id == WATCHED:
+            continue
         assert t.settings["max_num_batch_size_to_record"] == SAMPLES
         assert t.settings["prefixes_for_grouping_module_parameters_in_nodes"] == [
             "root_module.subnet_pre"
@@ -172,3 +179,68 @@ def test_kpis_and_notes(group, trial):
     recorded_notes = [t for t in notes if t.startswith(f"{trial} step")]
     assert len(recorded_notes) == len(RECORDED)
     assert "592" in recorded_notes[-1]
+
+
+# --- every page has data (through the app's data layer, as the pages read it) ---------
+
+
+@pytest.fixture(scope="module")
+def app_data():
+    from comgra_like.app.data import AppData
+
+    return AppData(GROUP_DIR)
+
+
+def test_the_modules_page_has_a_module_graph_and_histograms(app_data):
+    from comgra_like.app import module_data
+
+    assert module_data.module_graph_steps(app_data, WATCHED) == WATCHED_STEPS
+    step, graph = module_data.module_graph(app_data, WATCHED)
+    assert step == 400 and graph
+    names = {m["id"] for m in graph["invocations"]}
+    assert {"model.fc1", "model.relu1", "model.fc2", "model.out"} <= names
+    histograms = module_data.histograms(app_data, WATCHED, "model.fc1")
+    assert not histograms.empty
+    assert sorted(set(histograms["training_step"])) == WATCHED_STEPS
+    report = module_data.watch_report(app_data, WATCHED)
+    assert report and "model.fc1" in str(report)
+    # the tutorial's trials were recorded without watch(): the page says so
+    assert module_data.module_graph(app_data, BUGGED) == (None, None)
+
+
+def test_the_metrics_page_has_per_module_metrics(app_data):
+    from comgra_like.app import metric_data
+
+    listing = metric_data.listing(app_data, WATCHED)
+    metrics = set(zip(listing["module"], listing["metric"]))
+    for module in ("model.fc1", "model.fc2", "model.out"):
+        assert {(module, "WeightNorm"), (module, "OutputRMS"),
+                (module, "InputCovSpectrum")} <= metrics
+    assert ("model", "loss") in metrics
+    loss = metric_data.rows(app_data, WATCHED, "loss")
+    assert len(loss) == 401
+    values = loss.sort_values("training_step")["value"].to_numpy()
+    assert values[-50:].mean() < 0.5 * values[:50].mean()  # it learnt
+    spectrum = metric_data.rows(app_data, WATCHED, "InputCovSpectrum")
+    assert sorted(set(spectrum["training_step"])) == WATCHED_STEPS
+
+
+def test_the_flow_page_has_a_chain_of_flows(group):
+    flows = group.read_flows(WATCHED)
+    chain = [(f.source, f.target) for f in sorted(flows, key=lambda f: f.position)]
+    assert chain == [("input", "model.fc1"), ("model.fc1", "model.relu1"),
+                     ("model.relu1", "model.fc2"), ("model.fc2", "model.relu2"),
+                     ("model.relu2", "model.out")]
+    assert len({f.chain_id for f in flows}) == 1
+    first = group.read_flow(WATCHED, next(f for f in flows if f.position == 0).record_id)
+    assert first.flow.shape == (64, 30) and np.isfinite(first.flow).all()
+    assert np.abs(first.flow).max() > 0
+
+
+def test_the_findings_page_names_the_tutorial_bug_and_nothing_else(app_data):
+    bugged = app_data.findings(BUGGED)
+    assert [f["kind"] for f in bugged] == ["output_range"]
+    assert bugged[0]["where"]["node"] == SUBNET_OUT
+    assert "squashed on the negative side" in bugged[0]["explanation"]
+    for trial in (FIXED, WATCHED):
+        assert [f for f in app_data.findings(trial) if f["severity"] != "info"] == [], trial
