@@ -86,7 +86,8 @@ class WatchHandle:
             if self.own:
                 self._metrics.finish()
             self._metrics.flush()
-        self.recorder.flush()
+        for recorder in self._watcher.recorders():
+            recorder.flush()
 
     def log_loss(self, loss: Any, step: int | None = None) -> None:
         """Record the loss (a number or a one-element tensor) of the current step, or of
@@ -113,7 +114,15 @@ class WatchHandle:
                 if w is watcher:
                     del _WATCHERS[key]
             if self.own:
-                self.recorder.finalize()
+                for recorder in self._watcher.recorders():
+                    recorder.finalize()
+
+    @property
+    def validation_trial_id(self) -> str | None:
+        """The trial of the validation passes (``<trial>.validation``), None until the
+        first one is recorded (and with ``recorder=``: the recorder's loop numbers them)."""
+        rec = self._watcher.val_rec
+        return None if rec is None else rec.trial_id
 
     close = unwatch
 
@@ -172,8 +181,11 @@ def watch(
     Keyword-only extras: ``name`` of the root module (default ``model``, or the name
     the recorder tracks it under); ``trial_id`` of the own trial (default
     ``watch-<date>-<time>``); ``eval_mode``: ``'record'`` records the first forward in
-    eval mode after each recorded training step as type of execution ``validation``,
-    ``'skip'`` does not (the watch report says so); ``seed`` of the histogram sampling;
+    eval mode after each recorded training step (and one before the first training
+    step) as type of execution ``validation``, in the trial ``<trial_id>.validation``
+    beside the training trial, numbered with the training step it followed (-1: before
+    any; ``WatchHandle.validation_trial_id``), ``'skip'`` does not (the watch report says
+    so); ``seed`` of the histogram sampling;
     ``metrics``: per-module metrics in Taiyi's config format (``comgra_like.metrics``),
     computed on their own schedules whether or not the step is recorded
     (``Group.read_metrics``); the steps are watch's (or the recorder's) step numbers.
@@ -256,7 +268,14 @@ def watch(
                    "reject_outlier_proportion": float(reject_outlier_proportion),
                    "seed": int(seed)},
         verbose=bool(verbose))
-    watcher = Watcher(module, recorder, own, root, settings)
+    make_validation = None
+    if own:
+        def make_validation():
+            validation = _own_recorder(standalone_dir, validation_trial(recorder.trial_id),
+                                       backend)
+            validation.track_module(root, module)
+            return validation
+    watcher = Watcher(module, recorder, own, root, settings, make_validation)
     for sub in module.modules():
         _WATCHERS.setdefault(id(sub), watcher)
     collector = None
@@ -289,8 +308,16 @@ def attach(tensor: torch.Tensor, parent_module: torch.nn.Module, name: str) -> t
         if not isinstance(name, str) or not name or "#" in name:
             raise ConfigurationError(
                 f"attach(..., name={name!r}): the name must be a non-empty string without '#'")
-        watcher.attach(tensor, parent_module, name)
+        try:
+            watcher.attach(tensor, parent_module, name)
+        except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+            watcher.guard.failed("attach()", e)
     return tensor
+
+
+def validation_trial(trial_id: str) -> str:
+    """The trial that holds the validation passes of the own trial ``trial_id``."""
+    return f"{trial_id}.validation"
 
 
 def _check_log(log: Sequence[str]) -> tuple[str, ...]:

@@ -25,6 +25,8 @@ On a scheduled step, in training mode only (eval-mode forwards are ignored):
   training forward, kept on the device until the metric is computed.
 
 The hooks never change a value or a gradient: training is bitwise the same with them.
+They never raise into training either (``record/guard.py``): an internal failure is
+logged once, the open step's metrics are dropped, and training goes on.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import torch
 
 from ..errors import ConfigurationError
 from ..record.flow import in_flow_pass
+from ..record.guard import Guard
 from ..record.hooks import queue_after_backward
 from ..writer.protocol import MetricData
 from .config import LOSS, MetricSpec
@@ -227,6 +230,7 @@ class Collector:
         self._users: dict[tuple[str, str], Any] = {}
         self._previous_weight: dict[tuple[str, str], torch.Tensor] = {}
         self.closed = False
+        self.guard = Guard("comgra_like metrics", self.discard)
         self.handles: list = []
         self._hook()
 
@@ -252,17 +256,23 @@ class Collector:
         self.training = module.training
         if not module.training or self.step_of is None:
             return
-        step = self.step_of()
-        if step is not None and step != self.current:
-            self.begin(step)
+        try:
+            step = self.step_of()
+            if step is not None and step != self.current:
+                self.begin(step)
+        except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+            self.guard.failed("the root module's forward pre-hook", e)
 
     def _root_post(self, module, args, output):
         if not self.armed or not self.training:
             return
-        if any(m.needs & _GRAD_NEEDS for m in self.modules.values()):
-            out = first_tensor(output)
-            if out is not None and out.requires_grad:
-                out.register_hook(self._grad_seen(self._generation))
+        try:
+            if any(m.needs & _GRAD_NEEDS for m in self.modules.values()):
+                out = first_tensor(output)
+                if out is not None and out.requires_grad:
+                    out.register_hook(self._grad_seen(self._generation))
+        except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+            self.guard.failed("the root module's forward hook", e)
 
     def _pre_of(self, m: _Module):
         collector = self
@@ -270,9 +280,12 @@ class Collector:
         def pre(module, args):
             if not collector.armed or not collector.training or m.name not in collector.due:
                 return
-            x = first_tensor(args)
-            if x is not None:
-                m.input = copy_of(x)
+            try:
+                x = first_tensor(args)
+                if x is not None:
+                    m.input = copy_of(x)
+            except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+                collector.guard.failed("a module's forward pre-hook", e)
         return pre
 
     def _post_of(self, m: _Module):
@@ -281,13 +294,16 @@ class Collector:
         def post(module, args, output):
             if not collector.armed or not collector.training or m.name not in collector.due:
                 return
-            y = first_tensor(output)
-            if y is None:
-                return
-            if "output" in m.needs:
-                m.output = copy_of(y)
-            if "output_grad" in m.needs and y.requires_grad:
-                y.register_hook(collector._output_grad_of(m, collector._generation))
+            try:
+                y = first_tensor(output)
+                if y is None:
+                    return
+                if "output" in m.needs:
+                    m.output = copy_of(y)
+                if "output_grad" in m.needs and y.requires_grad:
+                    y.register_hook(collector._output_grad_of(m, collector._generation))
+            except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+                collector.guard.failed("a module's forward hook", e)
         return post
 
     def _bn_of(self, m: _Module):
@@ -296,26 +312,36 @@ class Collector:
         def post(module, args, output):
             if not module.training or not collector.training:
                 return
-            stats = batch_norm_stats(module, first_tensor(args), output)
-            if stats is not None:
-                for rows in m.bn_rows.values():
-                    rows.append(stats)
+            try:
+                stats = batch_norm_stats(module, first_tensor(args), output)
+                if stats is not None:
+                    for rows in m.bn_rows.values():
+                        rows.append(stats)
+            except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+                collector.guard.failed("a batch norm's forward hook", e)
         return post
 
     def _grad_seen(self, generation: int):
         def hook(grad):
-            if generation == self._generation and not in_flow_pass():
-                self._queue_callback()
+            try:
+                if generation == self._generation and not in_flow_pass():
+                    self._queue_callback()
+            except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+                self._queued = False
+                self.guard.failed("a gradient hook", e)
         return hook
 
     def _output_grad_of(self, m: _Module, generation: int):
         def hook(grad):
             if generation != self._generation or in_flow_pass():  # a FlowChain's pass
                 return
-            if m.grad_pass != self.backward_count:
-                m.grad_pass = self.backward_count
-                m.grads.append(copy_of(grad))
-            self._queue_callback()
+            try:
+                if m.grad_pass != self.backward_count:
+                    m.grad_pass = self.backward_count
+                    m.grads.append(copy_of(grad))
+                self._queue_callback()
+            except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+                self.guard.failed("a module's output gradient hook", e)
         return hook
 
     def _queue_callback(self) -> None:
@@ -328,6 +354,12 @@ class Collector:
         self._queued = False
         if not self.armed:
             return
+        try:
+            self._keep_parameter_gradients()
+        except Exception as e:  # noqa: BLE001 - never into training (record/guard.py)
+            self.guard.failed("the end of a backward pass", e)
+
+    def _keep_parameter_gradients(self) -> None:
         self.backward_count += 1
         for name in self.due:
             m = self.modules[name]
@@ -530,6 +562,8 @@ class Collector:
         try:
             self.finish()
             self.flush()
+        except Exception as e:  # noqa: BLE001 - the last step's metrics are lost, not
+            self.guard.failed("sending the last step", e)  # the recording (guard.py)
         finally:
             self.armed = False
             for m in self.modules.values():

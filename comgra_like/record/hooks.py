@@ -14,9 +14,21 @@ Steps (own trial): every forward of the root module in training mode starts a st
 ``delay_log_multi_backward``: only the first after a backward), numbered from 0 like
 torchexplorer's step counter; steps ``k % log_freq == 0`` are recorded. A recorded step
 ends at the next forward of the root (after the optimizer's update, which the recorder
-records) or when watching stops. The first forward in eval mode after a recorded
-training step is recorded as a step of its own type of execution (``validation``),
-numbered one after that step.
+records) or when watching stops.
+
+Validation passes (own trial): the first forward in eval mode after a recorded training
+step, or before the first training step, is recorded as type of execution
+``validation`` in a trial of its own beside the training trial (``<trial>.validation``,
+made at the first one), numbered with the training step it followed (``-1``: before
+any). Its numbers cannot collide with the training steps', whatever the rhythm of the
+loop (the recorder wants strictly increasing step numbers in a trial, and the GUI one
+step per number), and a validation step ``k`` of that trial sits beside training step
+``k``. Further eval forwards before the next recorded training step are not recorded.
+
+Never raising into training: every hook runs its work inside a :class:`~.guard.Guard`;
+an internal failure is logged once, the step being recorded is dropped (the recorder's
+open step released), the hooks go quiet until the next step, and training goes on
+(counted in the report's ``internal_errors``).
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from ..format.graphs import canonical_hash
 from ..vocabulary import CALCULATED, INPUT
 from ..writer.protocol import ModuleGraph, Watch, WatchReport, WatchStep
 from .flow import in_flow_pass
+from .guard import Guard
 from .module_graph import (
     Invocation,
     edges_of,
@@ -42,75 +55,17 @@ from .module_graph import (
     structure_key,
     tensor_key,
 )
+from .module_io import all_tensors as _all_tensors
+from .module_io import batch_size_of as _batch_size
+from .module_io import inputs_of, outputs_of
+from .module_io import tensor_version as _version
+from .watch_report import build_report, summary_line
 
 log = logging.getLogger("comgra_like")
 
 TRAINING, VALIDATION = "training", "validation"
 LOG_OPTIONS = ("io", "io_grad", "params", "params_grad")
-MAX_DEPTH = 4  # nesting of tuples, dicts and dataclasses searched for tensors
 
-# REASONS a module has no data (the watch report)
-IGNORED_CLASS = "ignored class"
-NO_TENSOR_OUTPUT = "no tensor output"
-NEVER_CALLED = "never called"
-EVAL_MODE = "eval mode"
-NO_GRADIENT = "no gradient reached it"
-
-
-def tensors_in(obj: Any, role: str, out: list, depth: int = 0) -> None:
-    """The float tensors inside ``obj`` with their roles (``output 0``, ``output 0.1``,
-    ``output logits``): tensors, tuples, lists, dicts, dataclasses."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() or obj.is_complex():
-            out.append((role, obj))
-        return
-    if depth >= MAX_DEPTH or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-        return
-    sep = " " if depth == 0 else "."
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            tensors_in(v, f"{role}{sep}{k}", out, depth + 1)
-    elif isinstance(obj, (tuple, list)):
-        for i, v in enumerate(obj):
-            tensors_in(v, f"{role}{sep}{i}", out, depth + 1)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            tensors_in(getattr(obj, f.name, None), f"{role}{sep}{f.name}", out, depth + 1)
-
-
-def inputs_of(args: tuple, kwargs: dict) -> list:
-    found: list = []
-    for i, a in enumerate(args):
-        tensors_in(a, f"input {i}", found, 1)
-    for k, v in kwargs.items():
-        tensors_in(v, f"input {k}", found, 1)
-    return found
-
-
-def outputs_of(output: Any) -> list:
-    found: list = []
-    if isinstance(output, torch.Tensor):
-        tensors_in(output, "output 0", found, 1)
-    elif isinstance(output, (tuple, list)) and not hasattr(output, "_fields"):
-        for i, v in enumerate(output):
-            tensors_in(v, f"output {i}", found, 1)
-    elif isinstance(output, dict):
-        for k, v in output.items():
-            tensors_in(v, f"output {k}", found, 1)
-    elif dataclasses.is_dataclass(output) and not isinstance(output, type):
-        for f in dataclasses.fields(output):
-            tensors_in(getattr(output, f.name, None), f"output {f.name}", found, 1)
-    elif hasattr(output, "_fields"):  # a named tuple
-        for f in output._fields:
-            tensors_in(getattr(output, f), f"output {f}", found, 1)
-    return found
-
-
-def _version(t: torch.Tensor) -> int:
-    try:
-        return t._version
-    except RuntimeError:  # an inference tensor has no version counter (and cannot change)
-        return -1
 
 
 @dataclasses.dataclass
@@ -136,9 +91,14 @@ class Watcher:
     """
 
     def __init__(self, module: torch.nn.Module, recorder, own: bool, root_name: str,
-                 settings: Settings):
+                 settings: Settings, make_validation: Callable[[], Any] | None = None):
         self.module = module
-        self.rec = recorder
+        self.rec = recorder  # the recorder of the open step (the validation trial's in one)
+        self.train_rec = recorder
+        self.val_rec = None  # the validation trial's recorder, made at the first one
+        self._make_validation = make_validation
+        self.guard = Guard("comgra_like.watch", self._drop)
+        self._dropped_key: tuple | None = None  # recorder= mode: the iteration given up
         self.own = own
         self.root = root_name
         self.s = settings
@@ -157,7 +117,7 @@ class Watcher:
         self.open: str | None = None  # type of execution of the open recorded step
         self.open_skipped = False  # an unrecorded training step is open
         self.backward_seen = False
-        self.eval_due = False
+        self.eval_due = True  # a validation before the first training step is recorded
         self.step_no = -1
         self.toe = TRAINING
         self.iteration = -1
@@ -173,7 +133,7 @@ class Watcher:
         self.snapshots: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.backward_count = 0
         self._callback_queued = False
-        self._sent_graphs: set[str] = set()
+        self._sent_graphs: dict[int, set[str]] = {}  # per recorder: graphs it has
         self._graph_keys: dict[tuple, str] = {}  # structure key -> module graph hash
         self.graphs_hashed = 0  # module graph structures built and hashed (a counter)
         # A module's extra_repr rows, parsed once: they describe its configuration, which
@@ -239,7 +199,10 @@ class Watcher:
         def pre(module, args, kwargs):
             if not watcher.active:
                 return
-            watcher._enter(name, cls, module, args, kwargs)
+            try:
+                watcher._enter(name, cls, module, args, kwargs)
+            except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+                watcher.guard.failed("a module's forward pre-hook", e)
             return
         return pre
 
@@ -249,7 +212,10 @@ class Watcher:
         def post(module, args, kwargs, output):
             if not watcher.active:
                 return
-            watcher._leave(name, output)
+            try:
+                watcher._leave(name, output)
+            except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+                watcher.guard.failed("a module's forward hook", e)
             return
         return post
 
@@ -258,6 +224,12 @@ class Watcher:
     def _root_pre(self, module, args, kwargs):
         if self.closed:
             return
+        try:
+            self._root_pre_work(module, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+            self.guard.failed("the root module's forward pre-hook", e)
+
+    def _root_pre_work(self, module, args, kwargs) -> None:
         if not self.own:
             self._follow_recorder(module, args, kwargs)
             return
@@ -286,13 +258,19 @@ class Watcher:
                 self.eval_skipped = "eval_mode='skip'"
                 self._write_report()
                 return
-            if self.s.log_freq == 1:
-                self.eval_skipped = ("log_freq=1 records every training step and leaves no "
-                                     "step number for validation passes; use log_freq >= 2")
-                self._write_report()
+            rec = self._validation_recorder()
+            if rec is None:
                 return
-            self._start_step(self.train_count, VALIDATION, args, kwargs)
-        return
+            self.rec = rec
+            self._start_step(self.train_count - 1, VALIDATION, args, kwargs)
+
+    def _validation_recorder(self):
+        """The validation trial's recorder (made now at the first validation pass)."""
+        if self.val_rec is None and self._make_validation is not None:
+            self.val_rec = self._make_validation()
+            self._make_validation = None
+            self._send_config(self.val_rec)
+        return self.val_rec
 
     def _follow_recorder(self, module, args, kwargs) -> None:
         rec = self.rec
@@ -313,6 +291,9 @@ class Watcher:
             self.eval_skipped = "eval_mode='skip'"
             return
         key = (rec.training_step, rec.iteration)
+        if key == self._dropped_key:  # an internal failure gave this iteration up
+            self._set_active(False)
+            return
         if key != self._iter_key:
             self._iter_key = key
             self.step_no = rec.training_step
@@ -325,7 +306,12 @@ class Watcher:
     def _start_step(self, k: int, toe: str, args, kwargs) -> None:
         self.batch_size = _batch_size(args, kwargs)
         if not self.s.structure_only:
-            self.rec.start_batch(k, self.batch_size, toe, override__recording_is_active=True)
+            # A validation under torch.inference_mode(): the recorder's shared-memory views
+            # made now must be ordinary tensors, or copying into them outside inference
+            # mode (the next step) fails
+            with torch.inference_mode(False):
+                self.rec.start_batch(k, self.batch_size, toe,
+                                     override__recording_is_active=True)
         self.open = toe
         self.open_skipped = False
         self.step_no = k
@@ -357,11 +343,13 @@ class Watcher:
             return
         toe, self.open = self.open, None
         self._set_active(False)
+        rec, self.rec = self.rec, self.train_rec
         try:
             if not self.s.structure_only:
-                if self.rec._stage == "iteration":  # a forward that raised never ended it
-                    self.rec.finish_iteration()
-                self.rec.finish_batch()
+                with torch.inference_mode(False):  # (as in _start_step)
+                    if rec._stage == "iteration":  # a forward that raised never ended it
+                        rec.finish_iteration()
+                    rec.finish_batch()
         finally:
             self.steps_recorded += 1
             if toe == TRAINING:
@@ -371,6 +359,12 @@ class Watcher:
             self._write_report()
 
     def _root_post(self, module, args, kwargs, output):
+        try:
+            self._root_post_work(module, args, kwargs, output)
+        except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+            self.guard.failed("the root module's forward hook", e)
+
+    def _root_post_work(self, module, args, kwargs, output) -> None:
         if not self.active:
             if self.own and self.s.delay_log_multi_backward and self.open_skipped:
                 self._watch_backward(output, self._mark_backward)
@@ -524,13 +518,23 @@ class Watcher:
             self.backward_seen = True
 
     def _on_gradient(self, grad):
-        if not self._callback_queued and not in_flow_pass():  # a FlowChain's: not training's
-            self._callback_queued = True
-            queue_after_backward(self._backward_done)
+        try:
+            if not self._callback_queued and not in_flow_pass():  # a FlowChain's pass: skip
+                self._callback_queued = True
+                queue_after_backward(self._backward_done)
+        except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+            self._callback_queued = False
+            self.guard.failed("a gradient hook", e)
 
     def _backward_done(self) -> None:
         """The backward pass has ended: every gradient of it is accumulated now."""
         self._callback_queued = False
+        try:
+            self._backward_done_work()
+        except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+            self.guard.failed("the end of a backward pass", e)
+
+    def _backward_done_work(self) -> None:
         self.backward_seen = True
         if self.open != TRAINING or self.s.structure_only:
             return
@@ -555,6 +559,7 @@ class Watcher:
         key = structure_key(invocations, edges, self.batch_size)
         digest = self._graph_keys.get(key)
         writer = self.rec.writer
+        graph = None
         if digest is None:
             graph = structure(invocations, edges, self.batch_size, self.shared)
             digest = canonical_hash(graph)
@@ -562,9 +567,12 @@ class Watcher:
             if len(self._graph_keys) >= 4096:  # structures that change every step
                 self._graph_keys.clear()
             self._graph_keys[key] = digest
-            if digest not in self._sent_graphs:
-                self._sent_graphs.add(digest)
-                writer.submit(ModuleGraph(digest, graph))
+        sent = self._sent_graphs.setdefault(id(self.rec), set())
+        if digest not in sent:  # each trial (training, validation) has its own graphs
+            sent.add(digest)
+            if graph is None:  # known by its key, new to this trial
+                graph = structure(invocations, edges, self.batch_size, self.shared)
+            writer.submit(ModuleGraph(digest, graph))
         try:
             time = float(self.s.time_fn(self.module, self.step_no))
         except Exception:  # noqa: BLE001 - a time_log that fails falls back to the step
@@ -584,67 +592,51 @@ class Watcher:
                 out.setdefault(f"{name}.{p_name}", [name, p_name])
         return out
 
-    def _send_config(self) -> None:
+    def _send_config(self, rec=None) -> None:
         if self.s.structure_only:
             return
         config = {**self.s.histogram, "log": list(self.s.log),
                   "io_nodes": sorted(self.io_nodes), "no_io_grad": sorted(self.ignored),
                   "params": self.params_map(),
                   "time_unit": self.s.time_name}
-        self.rec.writer.submit(Watch(config))
+        for r in [rec] if rec is not None else self.recorders():
+            r.writer.submit(Watch(config))
+
+    def recorders(self) -> list:
+        """The recorders of this watcher: the training trial's, the validation trial's."""
+        return [r for r in (self.train_rec, self.val_rec) if r is not None]
+
+    def _drop(self) -> None:
+        """After an internal failure: forget the step being recorded (the recorder's open
+        step released, no hook active until the next step); training goes on."""
+        self._set_active(False)
+        self.stack, self.invocations, self.step_outputs = [], [], []
+        self.snapshots = {}
+        if not self.own:
+            rec = self.rec
+            self._dropped_key = (rec.training_step, rec.iteration)
+            return
+        rec, self.rec = self.rec, self.train_rec
+        self.open = None
+        if not self.s.structure_only and rec._stage != "idle":
+            rec._drop_step()
+            rec._stage = "idle"
 
     def report(self) -> dict:
-        """Which modules were hooked, which were skipped and why."""
-        skipped = []
-        names = sorted(set(self.names.values()))
-        for name in names:
-            if name in self.ignored:
-                skipped.append({"module": name, "reason": IGNORED_CLASS,
-                                "detail": "ignore_io_grad_classes: its io_grad is not recorded"})
-        if self.steps_recorded:
-            for name in names:
-                if name not in self.called:
-                    skipped.append({"module": name, "reason": NEVER_CALLED,
-                                    "detail": "not called in any recorded step"})
-                elif name in self.without_output and name not in self.with_output:
-                    skipped.append({"module": name, "reason": NO_TENSOR_OUTPUT,
-                                    "detail": "returned no floating-point tensor"})
-            for name in sorted(self.no_gradient - self.got_gradient):
-                skipped.append({"module": name, "reason": NO_GRADIENT,
-                                "detail": "no output of it received a gradient in the "
-                                          "recorded backward passes"})
-        if self.eval_skipped is not None:
-            skipped.append({"module": self.root, "reason": EVAL_MODE,
-                            "detail": f"validation passes are not recorded: {self.eval_skipped}"})
-        return {
-            "root": self.root,
-            "hooked": names,
-            "attached": sorted(self.attached),
-            "skipped": skipped,
-            "steps_recorded": self.steps_recorded,
-            "log": list(self.s.log),
-            "log_freq": self.s.log_freq,
-            "eval_mode": self.s.eval_mode,
-            "time_unit": self.s.time_name,
-        }
+        """Which modules were hooked, which were skipped and why (``watch_report.py``)."""
+        return build_report(self)
 
     def _write_report(self) -> None:
         report = self.report()
         if report == self._last_report:
             return
         self._last_report = report
-        writer = self.rec.writer
-        if writer is not None and not self.rec._finalized:
-            writer.submit(WatchReport(report))
+        for rec in self.recorders():
+            if rec.writer is not None and not rec._finalized:
+                rec.writer.submit(WatchReport(report))
         if not self._logged and self.steps_recorded:
             self._logged = True
-            reasons: dict[str, int] = {}
-            for x in report["skipped"]:
-                reasons[x["reason"]] = reasons.get(x["reason"], 0) + 1
-            msg = (f"comgra_like.watch: {len(report['hooked'])} modules of {self.root} "
-                   f"hooked; " + (", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
-                                  or "none skipped")
-                   + " (the watch report: Group.read_watch_report)")
+            msg = summary_line(report)
             if self.s.verbose:
                 log.warning(msg)
             else:
@@ -665,33 +657,6 @@ class Watcher:
             self.step_outputs = []
             self.snapshots = {}
             self.invocations = []
-
-
-def _batch_size(args: tuple, kwargs: dict) -> int:
-    """The size of the first dimension of the first tensor argument (1 if none)."""
-    for _role, t in inputs_of(args, kwargs):
-        if t.dim():
-            return max(int(t.shape[0]), 1)
-    for a in list(args) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor) and a.dim():
-            return max(int(a.shape[0]), 1)
-    return 1
-
-
-def _all_tensors(args: tuple, kwargs: dict) -> list:
-    """Every tensor among a call's arguments, of any dtype (token ids tell that a call
-    was given the step's input as well as float tensors do)."""
-    found: list = []
-    todo = [(a, 0) for a in list(args) + list(kwargs.values())]
-    while todo:
-        obj, depth = todo.pop()
-        if isinstance(obj, torch.Tensor):
-            found.append(obj)
-        elif depth < MAX_DEPTH and isinstance(obj, (tuple, list)):
-            todo.extend((x, depth + 1) for x in obj)
-        elif depth < MAX_DEPTH and isinstance(obj, dict):
-            todo.extend((x, depth + 1) for x in obj.values())
-    return found
 
 
 def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:

@@ -117,15 +117,20 @@ def test_validation_passes_are_recorded_as_their_own_type(tmp_path):
     group = open_group(handle.group_path)
     steps = group.list_steps("t")
     assert list(zip(steps.training_step, steps.type_of_execution)) == [
-        (0, "training"), (1, "validation"), (2, "training"), (3, "validation"),
-        (4, "training"), (5, "validation")]
-    h = group.read_histograms("t", types_of_execution="validation")
+        (0, "training"), (2, "training"), (4, "training")]
+    # their own trial, numbered with the training step they followed (tests/watch/
+    # test_validation.py: the rhythms)
+    steps = group.list_steps("t.validation")
+    assert list(zip(steps.training_step, steps.type_of_execution)) == [
+        (0, "validation"), (2, "validation"), (4, "validation")]
+    h = group.read_histograms("t.validation", types_of_execution="validation")
     assert set(h.what) == {"io", "params"}  # no gradients in a validation pass
     assert group.read_watch_report("t")["skipped"] == []
+    assert group.read_watch_report("t.validation") == group.read_watch_report("t")
 
 
 @pytest.mark.parametrize("kwargs, detail", [({"eval_mode": "skip", "log_freq": 2}, "skip"),
-                                             ({"log_freq": 1}, "log_freq")])
+                                             ({"eval_mode": "skip", "log_freq": 1}, "skip")])
 def test_skipped_validation_passes_are_reported(tmp_path, kwargs, detail):
     model = MLP()
     handle = _watch(model, tmp_path, **kwargs)
