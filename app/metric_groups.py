@@ -132,8 +132,10 @@ def depth_colour(index: int | None, top: int) -> str:
 def short_names(modules: Sequence[str]) -> dict[str, str]:
     """Each module without the dotted prefix all of them share (``model.transformer.``)."""
     names = [str(m) for m in modules]
-    if len(names) < 2:
-        return {m: m for m in names}
+    if len(names) == 1:  # alone: from the part before its layer number ("h.*.mlp.c_fc")
+        parts = names[0].split(".")
+        i = next((i for i, p in enumerate(parts) if p.isdigit() or p == "*"), 0)
+        return {names[0]: ".".join(parts[max(i - 1, 0):])}
     split = [n.split(".") for n in names]
     common = 0
     # (a part before a layer number stays: "h.3.mlp", not "3.mlp")
@@ -221,7 +223,7 @@ def grouped_figure(
     modules: Sequence[str] | None = None,
     log_y: bool = False,
     step: int | None = None,
-    panel_height: int = 190,
+    panel_height: int = 220,
     columns: int = 3,
 ) -> Figure:
     """Small multiples: one subplot per module type (``group_modules``), a line per module
@@ -240,7 +242,7 @@ def grouped_figure(
     marked = {o.module for o in found}
     top = max((i for g in groups for i in g.indices if i is not None), default=0)
     n = len(groups)
-    cols = max(1, min(columns, n))
+    cols = n if n <= 4 else max(1, min(columns, n))  # up to 4 types side by side
     rows = math.ceil(n / cols)
     gap_x, gap_y = 0.06, 0.5 / max(rows, 1) * 0.28
     width = (1 - gap_x * (cols - 1)) / cols
@@ -346,7 +348,8 @@ def heatmap_figure(
     row_height: int = 14,
     max_height: int = 900,
 ) -> Figure:
-    """Module × step: one row per module (grouped by type, in depth order, top down),
+    """Module × step: one row per module (grouped by type, in depth order, top down; the
+    trace lists them bottom-up, as plotly draws categories),
     one column per computed step, the colour the value (log₁₀ when ``log_colour``, or by
     default when every value is positive and they span more than two decades); blank
     where the metric was not computed. Of one trial (the first backward pass, lowest
@@ -382,7 +385,7 @@ def heatmap_figure(
     layout = base_layout(title=title, height=height, hovermode="closest", uirevision=metric,
                          clickmode="event")
     layout["xaxis"] = axis("step")
-    layout["yaxis"] = axis(None, autorange="reversed", type="category",
+    layout["yaxis"] = axis(None, type="category",
                            tickfont={"size": 10 if len(rows) <= 60 else 8})
     annotations = []
     if found:
@@ -392,10 +395,12 @@ def heatmap_figure(
                             "font": {"size": 11, "color": "#b02a37"}})
     layout["annotations"] = annotations
     layout["margin"] = {"l": 48, "r": 12, "t": 56 if found else 40, "b": 36}
+    # plotly draws the first category at the bottom: the rows go in bottom-up
     data = [{
-        "type": "heatmap", "x": steps.tolist(), "y": labels,
-        "z": [[None if not np.isfinite(v) else float(v) for v in row] for row in shown],
-        "customdata": [[None if not np.isfinite(v) else float(v) for v in row] for row in z],
+        "type": "heatmap", "x": steps.tolist(), "y": labels[::-1],
+        "z": [[None if not np.isfinite(v) else float(v) for v in row] for row in shown[::-1]],
+        "customdata": [[None if not np.isfinite(v) else float(v) for v in row]
+                       for row in z[::-1]],
         "colorscale": "Viridis", "hoverongaps": False,
         "colorbar": {"title": {"text": f"log₁₀ {metric}" if log_colour else metric,
                                "side": "right"}, "thickness": 10},

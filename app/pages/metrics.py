@@ -10,6 +10,12 @@ vector at the step hovered (or clicked) on the first. A click on a point opens t
 Modules or the Tensors page at that trial, step and module (found from the clicked
 trace and point index: the figure carries no per-point data).
 
+At real size (50-500 modules, issue 27): names in natural order (``h.2`` before
+``h.10``); a view per figure: one plot (the default up to 10 modules), a plot per module
+type with the layers as a colour scale (beyond), or a module × step heatmap grouped by
+type; a search (words a module's name must hold, ``-word`` leaves out) on top of the
+module filter; the outliers of a type named above its plots (``metric_groups``).
+
 A distributed recording has a rank selector (hidden for one rank): one rank, or every
 rank side by side (the default), a line per rank in the module's colour, since a rank
 whose values drift is what one looks for. Metrics are not merged over ranks.
@@ -31,8 +37,10 @@ from comgra_like.vocabulary import ANY_TYPE
 
 from .. import ids, metric_data
 from .. import metric_figures as mfig
+from .. import metric_groups as mg
 from .. import selection as sel
 from ..figures import empty_figure
+from ..natural import natural_sorted
 from ..parts import AppParts
 from .modules import PATH as MODULES_PATH
 from .page import Page
@@ -56,6 +64,9 @@ SHOWN = "metrics-shown"         # dcc.Store: the metrics the cards are for
 RANK = "metrics-rank"           # one rank, or every rank side by side
 RANK_BOX = "metrics-rank-box"
 SIDE_BY_SIDE_LABEL = "all ranks side by side"
+SEARCH = "metrics-search"       # words a module's name must hold (-word: must not)
+VIEW = "metrics-view"           # one plot, small multiples by type, or a heatmap
+AUTO, LINES, BY_TYPE, HEATMAP = "auto", "lines", "types", "heatmap"
 
 #: At most this many metric figures at once (the metric filter picks others).
 MAX_FIGURES = 24
@@ -83,6 +94,13 @@ def layout() -> html.Div:
                                  placeholder="every module", className="sel-dropdown",
                                  style={"minWidth": "14rem"}, persistence=True,
                                  persistence_type="session"),
+                    html.Span("search", className="sel-label ms-3 me-2",
+                              title="words every module shown must hold (h.1 mlp); "
+                                    "-word leaves out the modules that hold it"),
+                    dcc.Input(id=SEARCH, type="text", value="", debounce=True,
+                              placeholder="e.g. h.1 mlp -c_proj",
+                              style={"width": "11rem"}, persistence=True,
+                              persistence_type="session"),
                     html.Span("metrics", className="sel-label ms-3 me-2"),
                     dcc.Dropdown(id=METRICS, options=[], value=[], multi=True,
                                  placeholder="every metric", className="sel-dropdown",
@@ -97,7 +115,7 @@ def layout() -> html.Div:
                          dcc.Dropdown(id=RANK, options=[], value=metric_data.SIDE_BY_SIDE,
                                       clearable=False, className="sel-dropdown",
                                       style={"minWidth": "13rem"})],
-                        id=RANK_BOX, className="d-flex align-items-center",
+                        id=RANK_BOX, className="align-items-center",  # no d-flex
                         style={"display": "none"}),
                 ],
                 className="d-flex align-items-center flex-wrap mb-1",
@@ -119,6 +137,17 @@ def layout() -> html.Div:
                     dcc.Checklist(id=LOG, options=[{"label": " log y", "value": "log"}],
                                   value=[], className="ms-3", inputClassName="me-1",
                                   persistence=True, persistence_type="session"),
+                    html.Span("view", className="sel-label ms-3 me-2",
+                              title="auto: one plot up to 10 modules, else a plot per "
+                                    "module type with the layers as colours"),
+                    dcc.RadioItems(id=VIEW, options=[
+                        {"label": " auto", "value": AUTO},
+                        {"label": " one plot", "value": LINES},
+                        {"label": " by type", "value": BY_TYPE},
+                        {"label": " heatmap", "value": HEATMAP}],
+                        value=AUTO, inline=True, inputClassName="me-1",
+                        labelClassName="me-2", persistence=True,
+                        persistence_type="session"),
                     html.Span("a click opens", className="sel-label ms-3 me-2"),
                     dcc.RadioItems(id=TARGET, options=[
                         {"label": " Modules page", "value": MODULES_PATH},
@@ -190,6 +219,22 @@ def window_of(value: Any) -> int:
         return 1
 
 
+def view_of(view: Any, modules: int) -> str:
+    """The view drawn: the choice, or for ``auto`` one plot up to ``mg.LINES_UP_TO``
+    modules and a plot per module type beyond."""
+    if view in (LINES, BY_TYPE, HEATMAP):
+        return view
+    return LINES if modules <= mg.LINES_UP_TO else BY_TYPE
+
+
+def shown_modules(options: list | None, chosen: list | None, search: str | None) -> list[str]:
+    """The modules drawn: the chosen ones (every module when none is), those the search
+    matches, in natural order."""
+    every = natural_sorted(o["value"] for o in options or [])
+    picked = [m for m in every if m in set(chosen or [])] or every
+    return mg.search_modules(picked, search)
+
+
 def where_clicked(point: Mapping[str, Any], target: str) -> dict:
     """The selection's fields a clicked point opens: its trial, step and module (the
     module's output on the Tensors page)."""
@@ -230,11 +275,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(OVERLAY, "value"),
         Input(METRICS, "value"),
         Input(RANK, "value"),
+        Input(SEARCH, "value"),
+        Input(MODULES, "value"),
         State(EXECUTION, "value"),
         State(SHOWN, "data"),
     )
     def show_cards(_status: Any, selection: dict | None, overlay: list | None,
-                   chosen: list | None, rank: Any, execution: str | None,
+                   chosen: list | None, rank: Any, search: str | None,
+                   picked_modules: list | None, execution: str | None,
                    shown: Any) -> tuple:
         started = time.perf_counter()
         known = data.trial_ids()
@@ -263,6 +311,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             {"label": t, "value": t} for t in types]
         if execution not in [o["value"] for o in executions]:
             execution = ANY_TYPE
+        modules = natural_sorted(modules)
+        matching = shown_modules([{"value": m} for m in modules], picked_modules, search)
         wanted = [m for m in (chosen or []) if m in names] or names
         drawn = wanted[:MAX_FIGURES]
         vectors = {m: mfig.is_vector(metric_data.rows(
@@ -271,6 +321,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         key = [[m, vectors[m]] for m in drawn]
         info = (f"{len(names)} metric{'s' if len(names) != 1 else ''} of "
                 f"{len(modules)} module{'s' if len(modules) != 1 else ''}, {points} points"
+                + (f" · {len(matching)} module{'s' if len(matching) != 1 else ''} shown"
+                   if len(matching) != len(modules) else "")
                 + (f" · the first {MAX_FIGURES} shown (pick others above)"
                    if len(wanted) > MAX_FIGURES else "")
                 + " · markers: the steps each metric was computed at · click a point to open "
@@ -313,27 +365,43 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SELECTION, "data"),
         Input(RANK, "value"),
+        Input(SEARCH, "value"),
+        Input(VIEW, "value"),
         State(MODULES, "options"),
         State(card_id("key", MATCH), "data"),
     )
     def show_metric(overlay: list | None, modules: list | None, execution: str | None,
                     window: Any, how: str | None, log: list | None, _status: Any,
-                    selection: dict | None, rank: Any, module_options: list | None,
-                    shown: Any) -> tuple:
+                    selection: dict | None, rank: Any, search: str | None, view: Any,
+                    module_options: list | None, shown: Any) -> tuple:
         metric = dash.callback_context.outputs_list[0]["id"]["metric"]
         started = time.perf_counter()
         trials = trials_of(selection, overlay, data.trial_ids())
         window = window_of(window)
         key = [[[t, *metric_data.data_version(data, t)] for t in trials], modules,
-               execution, window, how, log, rank]
+               execution, window, how, log, rank, search, view]
         if key == shown:
             return no_update, no_update, no_update
         frames = frames_of(trials, metric, execution, rank)
-        colours = mfig.module_colours([o["value"] for o in module_options or []])
-        figure = mfig.metric_figure(
-            frames, metric, modules=modules or None, colours=colours, window=window,
-            how=how if how in mfig.BAND_CHOICES else "std", log_y="log" in (log or []),
-            height=FIGURE_HEIGHT)
+        every = natural_sorted(o["value"] for o in module_options or [])
+        drawn = shown_modules(module_options, modules, search)
+        if not drawn:
+            figure = empty_figure(f"No module matches {search!r}.", FIGURE_HEIGHT)
+            return figure, key, []
+        colours = mfig.module_colours(every)
+        filtered = drawn if len(drawn) != len(every) else None
+        chosen_view = view_of(view, len(drawn))
+        if chosen_view == BY_TYPE:
+            figure = mg.grouped_figure(frames, metric, modules=filtered,
+                                       log_y="log" in (log or []))
+        elif chosen_view == HEATMAP:
+            figure = mg.heatmap_figure(next(iter(frames.values()), None), metric,
+                                       modules=filtered)
+        else:
+            figure = mfig.metric_figure(
+                frames, metric, modules=filtered, colours=colours, window=window,
+                how=how if how in mfig.BAND_CHOICES else "std", log_y="log" in (log or []),
+                height=FIGURE_HEIGHT)
         parts.timings.record("metrics.figure", time.perf_counter() - started)
         return figure, key, mfig.trace_meta(figure)
 
@@ -346,16 +414,18 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Input(ids.DATA_STATUS, "data"),
         Input(ids.SELECTION, "data"),
         Input(RANK, "value"),
+        Input(SEARCH, "value"),
         State(MODULES, "options"),
         State(card_id("traces", MATCH), "data"),
     )
     def show_spectrum(hover: dict | None, overlay: list | None, modules: list | None,
                       execution: str | None, _status: Any, selection: dict | None,
-                      rank: Any, module_options: list | None, traces: list | None) -> Any:
+                      rank: Any, search: str | None, module_options: list | None,
+                      traces: list | None) -> Any:
         metric = dash.callback_context.outputs_list["id"]["metric"]
         trials = trials_of(selection, overlay, data.trial_ids())
         point = mfig.point_of(hover, traces)
-        colours = mfig.module_colours([o["value"] for o in module_options or []])
+        colours = mfig.module_colours(natural_sorted(o["value"] for o in module_options or []))
         frames = frames_of(trials, metric, execution, rank)
         for t, frame in frames.items():
             # one rank's vectors: the hovered line's, else the lowest rank's
@@ -365,7 +435,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                                                     else frame["rank"].min())]
         return mfig.spectrum_figure(
             frames, metric,
-            point["training_step"] if point else None, modules=modules or None,
+            point["training_step"] if point else None,
+            modules=shown_modules(module_options, modules, search) or None,
             colours=colours, height=FIGURE_HEIGHT)
 
     @app.callback(

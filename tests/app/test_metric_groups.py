@@ -120,6 +120,9 @@ def test_grouped_figure():
 def test_heatmap_shape_and_order():
     fig = mg.heatmap_figure(frame(), "WeightNorm")
     (trace,) = fig["data"]
+    # the trace's rows go bottom-up (plotly draws the first category at the bottom)
+    trace = {**trace, "y": trace["y"][::-1], "z": trace["z"][::-1],
+             "customdata": trace["customdata"][::-1]}
     assert trace["x"] == STEPS
     assert len(trace["y"]) == len(MODULES) and np.shape(trace["z"]) == (len(MODULES), len(STEPS))
     # rows grouped by type, in layer order inside each
@@ -133,6 +136,6 @@ def test_heatmap_shape_and_order():
     sparse = frame()
     sparse = sparse[~((sparse["module"] == MODULES[0]) & (sparse["training_step"] == 2))]
     z = mg.heatmap_figure(sparse, "WeightNorm")["data"][0]["z"]
-    assert z[0][1] is None and z[0][0] is not None
-    assert mg.heatmap_figure(frame(), "WeightNorm", modules=MODULES[:8])["data"][0]["y"][0] == \
+    assert z[-1][1] is None and z[-1][0] is not None
+    assert mg.heatmap_figure(frame(), "WeightNorm", modules=MODULES[:8])["data"][0]["y"][-1] == \
         "h.0.attn.c_attn"
