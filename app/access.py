@@ -23,9 +23,10 @@ from __future__ import annotations
 import hmac
 import html
 import ipaddress
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -128,11 +129,11 @@ class AccessGuard:
                 f"{host_name(host) or 'NAME'}."))
         method = environ.get("REQUEST_METHOD", "GET").upper()
         origin = environ.get("HTTP_ORIGIN")
-        if method not in SAFE_METHODS and origin and origin != "null":
-            if urlsplit(origin).netloc.lower() != host.lower():
-                return _refuse(environ, start_response, "403 Forbidden", (
-                    f"Refused a {method} request from the page at {origin}: this comgra "
-                    "server answers only its own pages."))
+        if (method not in SAFE_METHODS and origin and origin != "null"
+                and urlsplit(origin).netloc.lower() != host.lower()):
+            return _refuse(environ, start_response, "403 Forbidden", (
+                f"Refused a {method} request from the page at {origin}: this comgra "
+                "server answers only its own pages."))
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -187,7 +188,8 @@ class AccessGuard:
 
     def _ask_for_token(self, environ: dict, start_response: StartResponse, *,
                        wrong: bool) -> Iterable[bytes]:
-        problem = "That access token is wrong." if wrong else "This comgra server needs its access token."
+        problem = ("That access token is wrong." if wrong
+                   else "This comgra server needs its access token.")
         return _refuse(environ, start_response, "401 Unauthorized", (
             f"{problem} Open the URL it printed when it started (it ends in ?token=...), "
             "or send the token in an 'Authorization: token ...' header."),

@@ -27,7 +27,6 @@ from . import server
 from .plugin import check_plugin_file
 from .server import DEFAULT_HOST, DEFAULT_PORT  # noqa: F401  (the defaults, for callers)
 
-
 #: glibc's malloc settings for the server (``mallopt``; the same as these environment
 #: variables): a fixed mmap threshold, so that arrays of a MB or more (statistic columns,
 #: series) are mapped and go back to the system when freed (glibc raises the threshold

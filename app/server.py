@@ -18,8 +18,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from comgra_like.errors import ConfigurationError
 

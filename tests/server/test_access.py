@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from comgra_like.app import ids
 from comgra_like.app.pages import flow
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from selenium.webdriver.common.action_chains import ActionChains
-
 from comgra_like.app.pages import flow
+from selenium.webdriver.common.action_chains import ActionChains
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

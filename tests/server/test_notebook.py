@@ -26,11 +26,12 @@ IFRAME = re.compile(r'<iframe[^>]*src="http://127\.0\.0\.1:(\d+)/"')
 
 def notebook(path) -> object:
     cells = [
-        "import sys\nimport comgra_like\n"
-        f"comgra_like.show({str(path)!r}, height=600)\n"
-        "print('loaded:', sorted({'dash', 'torch'} & set(sys.modules)))",
+        ("import sys\nimport comgra_like\n"
+         f"comgra_like.show({str(path)!r}, height=600)\n"
+         "print('loaded:', sorted({'dash', 'torch'} & set(sys.modules)))"),
         f"comgra_like.show({str(path)!r})",
         "from comgra_like import notebook\nprint('pids:', [s.pid for s in notebook.running()])",
+        f"%load_ext comgra_like.notebook\n%comgra {path}",
     ]
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 
@@ -80,6 +81,8 @@ def started(texts: list[str]) -> tuple[int, int]:
     second = IFRAME.search(texts[1])
     assert second and int(second.group(1)) == port, texts[1]  # the same server
     assert f"reusing the server for {TUTORIAL} on port {port}" in texts[1]
+    magic = IFRAME.search(texts[3])  # %comgra PATH: the same server too
+    assert magic and int(magic.group(1)) == port, texts[3]
     pids = re.search(r"pids: \[(\d+)\]", texts[2])
     assert pids, texts[2]
     page = requests.get(f"http://127.0.0.1:{port}/", timeout=60)
@@ -120,7 +123,7 @@ def test_show_outside_a_notebook_prints_the_url(tmp_path):
             "server, = notebook.running()\n"
             "print('pid', server.pid, flush=True)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=180, cwd=ROOT)
+                          timeout=180, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     url = re.search(r"is shown at http://127\.0\.0\.1:(\d+)/", done.stdout)
     pid = re.search(r"pid (\d+)", done.stdout)
