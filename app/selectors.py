@@ -46,6 +46,16 @@ _MAX_STEP_MARKS = 6
 RANK_SELECT = "rank-select"
 RANK_BOX = "rank-box"
 MERGED_LABEL = "all ranks merged"
+#: The class of every page's rank box (Tensors, Modules, Metrics, Notes). Never one of
+#: Bootstrap's display classes (``d-flex``, ``d-block``, ...): they are ``!important``
+#: and beat the ``display: none`` of :func:`rank_box_style`, which showed an empty
+#: "Ranks" dropdown on every recording made by one process.
+RANK_BOX_CLASS = "align-items-center"
+
+
+def rank_box_style(options: Sequence[Any]) -> dict[str, str]:
+    """A rank box's style: shown (a flex row) when there are ranks to choose from."""
+    return {"display": "flex" if options else "none"}
 
 
 def rank_options(ranks: Sequence[int]) -> list[dict[str, Any]]:
@@ -72,7 +82,7 @@ def rank_selector() -> html.Div:
          dcc.Dropdown(id=RANK_SELECT, options=[], value=None, clearable=False,
                       searchable=True, className="sel-dropdown rank-dropdown",
                       style={"minWidth": "12rem"})],
-        id=RANK_BOX, className="d-flex align-items-center", style={"display": "none"})
+        id=RANK_BOX, className=RANK_BOX_CLASS, style=rank_box_style([]))
 
 
 def nav_button(field: str, forward: bool, label: str) -> html.Button:

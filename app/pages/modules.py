@@ -121,7 +121,7 @@ def layout() -> html.Div:
                         [html.Span("ranks", className="sel-label ms-3 me-2"),
                          dcc.Dropdown(id=RANK, options=[], value=None, clearable=False,
                                       className="sel-dropdown", style={"minWidth": "13rem"})],
-                        id=RANK_BOX, className="d-flex align-items-center",
+                        id=RANK_BOX, className="align-items-center",  # no d-flex
                         style={"display": "none"}),
                 ],
                 className="d-flex align-items-center flex-wrap mb-2 modules-controls",

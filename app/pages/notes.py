@@ -14,7 +14,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
-from .. import figures, ids
+from .. import figures, ids, selectors
 from ..parts import AppParts
 from .page import Page
 
@@ -41,8 +41,8 @@ def layout() -> html.Div:
                         [html.Span("ranks", className="sel-label ms-3 me-2"),
                          dcc.Dropdown(id=RANK, options=[], value=EVERY_RANK, clearable=False,
                                       className="sel-dropdown", style={"minWidth": "10rem"})],
-                        id=RANK_BOX, className="d-flex align-items-center",
-                        style={"display": "none"}),
+                        id=RANK_BOX, className=selectors.RANK_BOX_CLASS,
+                        style=selectors.rank_box_style([])),
                 ],
                 className="d-flex align-items-center mb-2",
             ),
@@ -115,16 +115,16 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trial = ((selection or {}).get("current") or {}).get("trial")
         if trial is None:
             return (html.P("No trial selected.", className="text-muted"), None, no_update,
-                    no_update, {"display": "none"})
+                    no_update, selectors.rank_box_style([]))
         try:
             notes = data.notes(trial)
         except ComgraError as exc:
             return (html.P(str(exc), className="text-danger"), None, no_update, no_update,
-                    {"display": "none"})
+                    selectors.rank_box_style([]))
         options = rank_options(ranks_of(notes))
         chosen = rank if rank in [o["value"] for o in options] else EVERY_RANK
         key = [trial, len(notes), query or "", chosen]
-        style = {"display": "flex" if options else "none"}
+        style = selectors.rank_box_style(options)
         new_options = options if options != (rank_shown or []) else no_update
         new_rank = chosen if chosen != rank else no_update
         if key == shown:

@@ -595,7 +595,7 @@ def register_rank_selector(app: dash.Dash, data: AppData) -> None:
                      shown: list | None) -> tuple:
         options = selectors.rank_options(data.ranks(trial))
         chosen = selectors.rank_value(options, value)
-        style = {"display": "flex" if options else "none"}
+        style = selectors.rank_box_style(options)
         return (options if options != (shown or []) else no_update,
                 chosen if chosen != value else no_update, style)
 
