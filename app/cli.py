@@ -243,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                if options.read_only else ", and the Flow page can write into the group."),
             file=sys.stderr,
         )
+        if options.debug:
+            print("comgra: warning: --debug shows the server's Python tracebacks in the page "
+                  "to everyone with the token; keep it on this machine.", file=sys.stderr)
 
     from . import create_app
 

@@ -111,7 +111,7 @@ def test_use_path_for_test_run(no_serving, monkeypatch, tmp_path, capsys):
 
 
 def test_other_hosts_are_warned_about_get_a_token_and_are_read_only(no_serving, tiny_group,
-                                                                   capsys):
+                                                                   capsys, monkeypatch):
     assert cli.main(["--path", str(tiny_group), "--host", "0.0.0.0"]) == 0
     captured = capsys.readouterr()
     assert "anyone who can reach this machine" in captured.err
@@ -120,6 +120,10 @@ def test_other_hosts_are_warned_about_get_a_token_and_are_read_only(no_serving, 
     assert len(options.token) >= 32  # generated: 24 random bytes
     assert f"http://127.0.0.1:8055/?token={options.token}" in captured.out
     assert "(read-only)" in captured.out
+    assert "--debug shows" not in captured.err
+    monkeypatch.setattr("logging.basicConfig", lambda **_: None)  # this process's logging
+    assert cli.main(["--path", str(tiny_group), "--host", "0.0.0.0", "--debug"]) == 0
+    assert "--debug shows the server's Python tracebacks" in capsys.readouterr().err
 
 
 def test_token_and_write_flags(no_serving, tiny_group, monkeypatch, capsys):
