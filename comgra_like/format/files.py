@@ -250,6 +250,16 @@ def _remove_quietly(path: str | os.PathLike) -> None:
 LOCAL = Files()
 
 
+def parquet_bytes(table: pa.Table, row_group_size: int | None = None) -> pa.Buffer:
+    """A parquet file of ``table`` in memory, encoded as every file of the project:
+    what an object store's upload sends (once built, an upload tried again after an
+    outage sends the same bytes)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=row_group_size or MAX_ROWS_PER_ROW_GROUP,
+                   **parquet_encodings(table.schema))
+    return sink.getvalue()
+
+
 class ObjectFiles(Files):
     """An S3-compatible object store through a pyarrow filesystem.
 
@@ -374,10 +384,7 @@ class ObjectFiles(Files):
     def write_parquet(self, path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
         # Built whole in memory first: an upload that started could only be completed
         # with what it has, and a failure half-way would then store a part of the file.
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, row_group_size=row_group_size or MAX_ROWS_PER_ROW_GROUP,
-                       **parquet_encodings(table.schema))
-        self.write_bytes(path, sink.getvalue().to_pybytes())
+        self.write_bytes(path, parquet_bytes(table, row_group_size))
 
     def write_parquet_stream(self, path: Path, schema: pa.Schema, tables: Iterable[pa.Table],
                              row_group_size: int) -> int:

@@ -201,8 +201,22 @@ SORT_KEYS = {
 MAX_ROWS_PER_ROW_GROUP = 128 * 1024
 # Tensor files use smaller row groups: reading one step touches one or two of them.
 TENSOR_ROW_GROUP = 16 * 1024
+#: Bytes (uncompressed) a row group holds at most, unless one row is larger: a reader's
+#: memory follows the row groups it reads. By rows alone, 16,384 rows of a tensor whose
+#: per-neuron values have 50 million elements would be 3 TB in one row group.
+ROW_GROUP_BYTES = 64 * 2**20
 
 
-def row_group_size(table: str) -> int:
-    """Rows per row group of a table's files (shards and compacted files alike)."""
-    return TENSOR_ROW_GROUP if table == TENSORS else MAX_ROWS_PER_ROW_GROUP
+def row_group_size(table: str, bytes_per_row: float | None = None) -> int:
+    """Rows per row group of a table's files (shards and compacted files alike): by rows,
+    and with ``bytes_per_row`` (the rows' mean size) by :data:`ROW_GROUP_BYTES` as well.
+    Files written before the byte bound read as before (readers take any row groups)."""
+    rows = TENSOR_ROW_GROUP if table == TENSORS else MAX_ROWS_PER_ROW_GROUP
+    if bytes_per_row and bytes_per_row > 0:
+        rows = max(1, min(rows, int(ROW_GROUP_BYTES // bytes_per_row)))
+    return rows
+
+
+def mean_row_bytes(table: pa.Table) -> float:
+    """The mean size of a row of ``table`` in memory (for :func:`row_group_size`)."""
+    return table.nbytes / table.num_rows if table.num_rows else 0.0

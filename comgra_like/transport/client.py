@@ -36,8 +36,10 @@ import time
 from pathlib import Path
 
 from ..errors import ConfigurationError, StorageError
+from ..format.files import is_object_store
 from ..format.trial import mark_trial_aborted
 from ..writer import protocol
+from ..writer.uploads import retry_seconds_from_env
 from .lock import TrialLock
 from .shm import ALIGN, MIN_SEGMENT, Segment, Slot
 
@@ -192,6 +194,7 @@ class WriterClient:
                     continue
                 if isinstance(msg, _Abandon):
                     worker.end_abnormally(msg.reason)
+                    worker.settle()
                     return
                 if not worker.handle(msg, self._from_worker.put):
                     return
@@ -311,8 +314,8 @@ class WriterClient:
                     msgs.append(protocol.decode(line))
         for msg in msgs:
             error = getattr(msg, "error", None)
-            if error and self._error is None:
-                self._error = error
+            if error and (self._error is None or isinstance(msg, protocol.Closed)):
+                self._error = error  # a Closed's error is the writer's last word on it
             if isinstance(msg, protocol.Free):
                 self._free.append(msg.slot)
             elif isinstance(msg, protocol.Flushed):
@@ -327,7 +330,9 @@ class WriterClient:
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise StorageError(f"writing recordings to {self.trial_dir} failed: {self._error}")
+            where = (f"s3://{str(self.trial_dir).split(':', 1)[1].lstrip('/')}"
+                     if is_object_store(self.trial_dir) else self.trial_dir)
+            raise StorageError(f"writing recordings to {where} failed: {self._error}")
 
     # ----- slots --------------------------------------------------------------------------
 
@@ -545,6 +550,11 @@ class WriterClient:
         replied nor shown activity for ``stall_seconds``."""
         mark = None
         since = time.monotonic()
+        limit = self.stall_seconds
+        if is_object_store(self.trial_dir):
+            # a writer waiting for an object store that is away is not stuck: it retries
+            # for retry_seconds, then once more as long for what it kept (uploads.py)
+            limit = max(limit, 2 * retry_seconds_from_env() + 60)
 
         def check(replied: bool) -> None:
             nonlocal mark, since
@@ -555,7 +565,7 @@ class WriterClient:
             activity = self._activity()
             if mark is None or activity[1:] != mark[1:]:
                 mark, since = activity, now
-            elif now - since > self.stall_seconds:
+            elif now - since > limit:
                 self._give_up(activity[0], now - since)
 
         return check

@@ -64,10 +64,14 @@ def _compact_rank(files: Files, folder: Path, kind: str, schema: pa.Schema, rank
     if len(names) <= 1:
         return 0
     used = []
+    row_bytes = 0.0  # the largest mean row of the shards: the merged file's row groups
     for name in names:
         try:
-            files.parquet_metadata(folder / name)
+            meta = files.parquet_metadata(folder / name)
             used.append(name)
+            if meta.num_rows:
+                size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+                row_bytes = max(row_bytes, size / meta.num_rows)
         except Exception as e:  # noqa: BLE001 - a damaged shard must not stop the rest
             log.warning("compaction skips unreadable shard %s: %s", folder / name, e)
     if len(used) != len(names):
@@ -85,7 +89,7 @@ def _compact_rank(files: Files, folder: Path, kind: str, schema: pa.Schema, rank
         folder / compact_name(first, last, rank),
         schema,
         (with_rank(files.read_parquet(folder / name, schema=schema), rank) for name in used),
-        row_group_size=row_group_size(kind),
+        row_group_size=row_group_size(kind, row_bytes),
     )
     for name in used:
         files.remove(folder / name)

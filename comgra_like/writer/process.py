@@ -187,6 +187,8 @@ def main() -> int:
         ended = ""
     if ended:
         worker.end_abnormally(ended)
+    # After a store outage: the steps kept and the mark aborted get their last retries.
+    worker.settle()
     # A training process killed between creating a segment and announcing it leaves the
     # file behind; nothing uses the prefix any more.
     for folder in start.segment_dirs:

@@ -3,17 +3,23 @@
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.files import Files, files_for
+from ..format.files import Files, files_for, parquet_bytes
 from ..format.layout import STEPS, TrialLayout, part_name, shard_seqs
-from ..format.schema import FILE_SCHEMAS, SHARD_SCHEMAS, SORT_KEYS, row_group_size, with_rank
+from ..format.schema import (
+    FILE_SCHEMAS,
+    SHARD_SCHEMAS,
+    SORT_KEYS,
+    mean_row_bytes,
+    row_group_size,
+    with_rank,
+)
+from .uploads import Uploader
 
 RELEASE_SECONDS = 30.0  # how often unused Arrow memory goes back to the system
 # The order a flush writes its shards in: steps last, so that a reader that sees a step
@@ -66,6 +72,7 @@ class ShardBuffer:
         background: bool = False,
         files: Files | None = None,
         rank: int = 0,
+        uploads: Uploader | None = None,
     ):
         self.trial = TrialLayout(Path(trial_dir))
         self.rank = int(rank)
@@ -81,14 +88,10 @@ class ShardBuffer:
         self._unsorted: set[str] = set()
         self.shards_written = 0
         self._last_release = time.monotonic()
-        self._error: Exception | None = None
-        self._jobs: queue.Queue | None = None
-        if background:
-            # Parquet encoding and compression release the GIL: in a thread they run on
-            # another core while the next steps' statistics are computed.
-            self._jobs = queue.Queue(maxsize=1)
-            threading.Thread(target=self._background, name="comgra_like-shards",
-                             daemon=True).start()
+        # Parquet encoding and compression release the GIL: in a thread they run on
+        # another core while the next steps' statistics are computed.
+        self.uploads = uploads or Uploader(self.files, self.files.display(self.trial.root),
+                                           background=background)
 
     def _first_free_seq(self, kind: str) -> int:
         # One scan at the start, then counted here: only one writer ever writes a rank's
@@ -130,21 +133,24 @@ class ShardBuffer:
         )
 
     def write(self) -> None:
-        """Write every buffered kind as one shard each (in the background if so made)."""
-        self._raise_background_error()
+        """Write every buffered kind as one shard each (in the background if so made;
+        while an object store is away, queued: ``uploads.py``)."""
+        self.uploads.raise_error()
+        nbytes = self._buffered_bytes
         job = self._take()
-        if job is None:
-            return
-        if self._jobs is None:
-            self._write_job(job)
-        else:
-            self._jobs.put(job)  # waits while the previous write is still queued
+        if job is not None:
+            self.uploads.submit(self.tasks(job), nbytes)
 
     def wait(self) -> None:
-        """Return once every shard handed to the background writer is on disk."""
-        if self._jobs is not None:
-            self._jobs.join()
-        self._raise_background_error()
+        """Return once every shard handed to the background writer is written."""
+        self.uploads.wait()
+
+    def take_tasks(self) -> tuple[list, int]:
+        """Everything buffered as writes for the uploader (after a failure), and its
+        size; the buffer is empty after."""
+        nbytes = self._buffered_bytes
+        job = self._take()
+        return (self.tasks(job) if job is not None else []), nbytes
 
     def _take(self) -> list[tuple[str, list[pa.Table], bool, int]] | None:
         job = []
@@ -161,16 +167,13 @@ class ShardBuffer:
         self._unsorted.clear()
         return job or None
 
-    def _write_job(self, job) -> None:
-        for kind, tables, unsorted, seq in job:
-            table = unify(kind, tables)
-            if unsorted:
-                table = sort_table(kind, table)
-            table = with_rank(table.cast(SHARD_SCHEMAS[kind]), self.rank)
-            self.files.write_parquet(self.trial.table(kind) / part_name(seq, self.rank),
-                                     table.cast(FILE_SCHEMAS[kind]),
-                                     row_group_size=row_group_size(kind))
-            self.shards_written += 1
+    def tasks(self, job) -> list[tuple[_ShardWrite, str]]:
+        """The writes of a job: one shard per kind, in WRITE_ORDER."""
+        return [(_ShardWrite(self, kind, tables, unsorted, seq),
+                 f"writing {self.files.display(self.trial.table(kind) / part_name(seq, self.rank))}")
+                for kind, tables, unsorted, seq in job]
+
+    def _release_memory(self) -> None:
         # Arrow's allocator keeps freed memory for reuse. Handing it back to the system
         # after every shard made the next shard fault it in again (~10 ms of the ~26 ms
         # a 20-step shard cost here), so it is handed back every RELEASE_SECONDS: the
@@ -180,17 +183,34 @@ class ShardBuffer:
             self._last_release = now
             pa.default_memory_pool().release_unused()
 
-    def _background(self) -> None:
-        while True:
-            job = self._jobs.get()
-            try:
-                if self._error is None:
-                    self._write_job(job)
-            except Exception as e:  # noqa: BLE001 - raised by the next write() or wait()
-                self._error = e
-            finally:
-                self._jobs.task_done()
 
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            raise self._error
+class _ShardWrite:
+    """One shard's write: the table is made once; on an object store the file's bytes
+    too, so that an upload tried again only sends them again."""
+
+    def __init__(self, buffer: ShardBuffer, kind: str, tables: list[pa.Table], unsorted: bool,
+                 seq: int):
+        self.buffer, self.kind, self.tables, self.unsorted = buffer, kind, tables, unsorted
+        self.path = buffer.trial.table(kind) / part_name(seq, buffer.rank)
+        self.data: pa.Table | bytes | None = None
+
+    def __call__(self) -> None:
+        buffer, kind = self.buffer, self.kind
+        files = buffer.files
+        if self.data is None:
+            table = unify(kind, self.tables)
+            if self.unsorted:
+                table = sort_table(kind, table)
+            table = with_rank(table.cast(SHARD_SCHEMAS[kind]), buffer.rank)
+            table = table.cast(FILE_SCHEMAS[kind])
+            self.tables = []
+            self.data = (parquet_bytes(table, row_group_size(kind, mean_row_bytes(table))) if files.remote
+                         else table)
+        if isinstance(self.data, pa.Table):
+            files.write_parquet(self.path, self.data,
+                                row_group_size=row_group_size(kind, mean_row_bytes(self.data)))
+        else:
+            files.write_bytes(self.path, self.data)
+        self.data = None
+        buffer.shards_written += 1
+        buffer._release_memory()

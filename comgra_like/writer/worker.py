@@ -25,7 +25,7 @@ from ..format.layout import KPIS, MODULE_STEPS, NOTES_DIR, STEPS, TrialLayout
 from ..format.notes import NOTES_SCHEMA
 from ..format.schema import KPIS_SCHEMA, MODULE_STEPS_SCHEMA, STEPS_SCHEMA
 from ..format.trial import mark_trial_aborted
-from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, UPDATE
+from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, RUNNING, UPDATE
 from . import protocol
 from .compaction import compact_trial
 from .metrics import Metrics
@@ -33,13 +33,20 @@ from .processors import StepInput, make_processors
 from .protocol import CaptureSpec, Start
 from .shards import ShardBuffer
 from .statistics import _PLAN_CACHE
+from .uploads import RETRY_SECONDS_ENV, StoreOutage, Uploader
 
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _NOT_A_FOLDER = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
 
 
-def _meaning(e: BaseException) -> str:
+def _meaning(e: BaseException, files: Files | None = None) -> str:
     """What an exception of the writer means for the user, and what to do."""
+    if isinstance(e, StoreOutage):
+        return ("the object store, or the network to it, was down for longer than the writer "
+                f"waits: check the store, or allow a longer outage with {RETRY_SECONDS_ENV}")
+    if files is not None and files.remote and isinstance(e, (OSError, pa.ArrowException)):
+        return ("the object store refused the write: check the bucket, its permissions and "
+                "the AWS_* environment variables")
     if isinstance(e, OSError) and e.errno is not None:
         path = e.filename2 or e.filename  # of a rename: where it was to go
         where = f" ({path})" if path else ""
@@ -82,9 +89,14 @@ class Worker:
         # alike (docs/FORMAT.md, "Recording ranks").
         self.rank = start.rank
         self.lead = start.lead
+        # Every later write goes through this queue, in order, retried while an object
+        # store is away (uploads.py).
+        self.uploads = Uploader(files, files.display(self.trial_dir),
+                                background=background_writes)
         self.shards = ShardBuffer(self.trial_dir, background=background_writes,
                                   flush_seconds=start.flush_seconds, files=files,
-                                  rank=start.rank)
+                                  rank=start.rank, uploads=self.uploads)
+        self._salvaging = False  # after a store outage: uploads.salvage() runs
         self.processors = make_processors(start)
         self.metrics = Metrics(start.trial_id)  # the per-module metrics (comgra_like.metrics)
         self.segments: dict[tuple[int, int], np.ndarray] = {}
@@ -153,6 +165,7 @@ class Worker:
             self._guard(self._write_and_wait)
             if msg.finish:
                 self._guard(self._finish)
+            self.settle()
             reply(protocol.Closed(self.failed))
             return False
         elif isinstance(msg, protocol.Flush):
@@ -172,8 +185,8 @@ class Worker:
             self._guard(lambda: self._note(msg))
         elif isinstance(msg, protocol.Modules):
             if self.lead:
-                self._guard(lambda: self.files.write_json(self.trial.modules_json,
-                                                          {"modules": msg.modules}))
+                self._guard(lambda: self._write_json(self.trial.modules_json,
+                                                     {"modules": msg.modules}))
         elif isinstance(msg, protocol.Watch):
             for p in self.processors:
                 if hasattr(p, "configure"):
@@ -184,7 +197,7 @@ class Worker:
             self._guard(lambda: self._graph(msg.digest, msg.structure, module=True))
         elif isinstance(msg, protocol.WatchReport):
             if self.lead:
-                self._guard(lambda: self.files.write_json(self.trial.watch_json, msg.report))
+                self._guard(lambda: self._write_json(self.trial.watch_json, msg.report))
         elif isinstance(msg, protocol.MetricData):
             self._guard(lambda: self.shards.add(self.metrics.table(msg)))
         elif isinstance(msg, protocol.Config):
@@ -246,19 +259,76 @@ class Worker:
         """
         if self.failed is not None:
             return
-        traceback.print_exception(e, file=sys.stderr)
-        self.failed = f"{type(e).__name__}: {e} ({_meaning(e)})"
+        if not isinstance(e, StoreOutage):  # its message says all there is
+            traceback.print_exception(e, file=sys.stderr)
+        self.failed = f"{type(e).__name__}: {e} ({_meaning(e, self.files)})"
+        if isinstance(e, StoreOutage):
+            self.failed += "; " + self._salvage_later()
+            return
         kept = self._salvage(e)
         self.failed += "; " + kept
         self.end_abnormally(f"the writer failed: {self.failed}")
 
-    def _salvage(self, failure: BaseException) -> str:
-        """Write everything buffered after ``failure``; says what became of it."""
+    def _salvage_later(self) -> str:
+        """After a store outage: what was received and the mark ``aborted`` wait for the
+        store for another retry period, in the background; says so."""
+        self._trim_step_rows()
+        self._buffer_step_rows()
+        tasks, nbytes = self.shards.take_tasks()
+        steps = self._steps_received
+        if self.lead:
+            reason = f"the writer failed: {self.failed}"
+            tasks.append((lambda: self._mark_aborted(reason),
+                          f"marking {self.files.display(self.trial.trial_json)} aborted"))
+        self._salvaging = True
+        self.uploads.salvage(tasks, nbytes)
+        seconds = self.uploads.retry_seconds
+        if self.uploads.salvage_result is None:  # without a thread it is done already
+            return ("the store answered again: every recorded step received is written "
+                    f"({steps} in all) and the trial is marked aborted")
+        return (f"the trial is still marked running on the store: the writer keeps the "
+                f"recorded steps not written yet ({steps} received in all) and tries for "
+                f"another {seconds:g} s to write them and to mark the trial aborted; when "
+                "the recorder is closed or this process ends it says whether that worked")
+
+    def _mark_aborted(self, reason: str) -> None:
+        """The mark ``aborted``, raising if the store cannot be reached (to be retried)."""
+        self.files.read_json(self.trial.trial_json)  # raises while the store is away
+        mark_trial_aborted(self.trial_dir, reason, self.files)
+        info = self.files.read_json(self.trial.trial_json)
+        if isinstance(info, dict) and info.get("status") == RUNNING:
+            raise OSError(f"{self.files.display(self.trial.trial_json)} is still running")
+
+    def settle(self) -> str | None:
+        """After a store outage: wait for the salvage's end (bounded by its retry time)
+        and add its outcome to ``failed``; returns the outcome (None: none runs)."""
+        if not self._salvaging:
+            return None
+        self._salvaging = False
+        result = self.uploads.settle()
+        where = self.files.display(self.trial.trial_json)
+        if result is None:
+            outcome = (f"afterwards the store answered again: the steps kept were written "
+                       f"and {where} is marked aborted")
+        else:
+            detail = result if isinstance(result, BaseException) else "it did not end"
+            outcome = (f"afterwards the store could not be reached either: {where} could "
+                       f"NOT be marked aborted, it still says running, and the recorded "
+                       f"steps kept since the last shard are lost ({detail})")
+        self.failed = f"{self.failed}; {outcome}"
+        print(f"comgra_like: {outcome}", file=sys.stderr, flush=True)
+        return outcome
+
+    def _trim_step_rows(self) -> None:
         rows = self._step_rows
         # A step that failed half-way through its rows leaves columns of unequal length.
         n = min(len(column) for column in rows.values())
         for column in rows.values():
             del column[n:]
+
+    def _salvage(self, failure: BaseException) -> str:
+        """Write everything buffered after ``failure``; says what became of it."""
+        self._trim_step_rows()
         try:
             self._write_and_wait()
         except Exception as e:  # noqa: BLE001 - the first error is the one reported
@@ -277,6 +347,8 @@ class Worker:
         ``aborted`` in its trial.json."""
         if self.failed is None:
             self._guard(self._write_and_wait)
+        if self._salvaging:  # the mark waits for the store with what was received
+            return
         if self.lead:  # another rank's end is seen in its own files, not in trial.json
             mark_trial_aborted(self.trial_dir, reason, self.files)
 
@@ -329,9 +401,20 @@ class Worker:
         if not is_graph_digest(digest):
             raise protocol.ProtocolError(f"{digest[:80]!r} is no graph name (64 hex digits)")
         path = self.trial.module_graph(digest) if module else self.trial.graph(digest)
-        if not self.files.exists(path):
-            self.files.write_json(path, structure)
+        files = self.files
+
+        def write() -> None:
+            if not files.exists(path):
+                files.write_json(path, structure)
+
+        # queued before any shard of a step that names it
+        self.uploads.submit([(write, f"writing {files.display(path)}")])
         self._graphs_written.add(key)
+
+    def _write_json(self, path: Path, obj) -> None:
+        """A JSON file written in order with the shards (retried while a store is away)."""
+        self.uploads.submit([(lambda: self.files.write_json(path, obj),
+                              f"writing {self.files.display(path)}")])
 
     def _watch_step(self, msg: protocol.WatchStep) -> None:
         """A module-graph row of a watched step; the step's time for its histograms."""
@@ -355,10 +438,18 @@ class Worker:
 
     def _finish(self) -> None:
         """The recording is complete: compact it, then mark it finished."""
-        compact_trial(self.trial_dir, self.files, ranks=[self.rank])
+        files, where = self.files, self.files.display(self.trial_dir)
+        tasks = []
+        if files.remote:  # compaction takes a store it cannot list for an empty trial
+            tasks.append((lambda: files.list_folders(self.trial_dir), f"listing {where}"))
+        tasks.append((lambda: compact_trial(self.trial_dir, files, ranks=[self.rank]),
+                      f"compacting {where}"))
         if self._trial_json is not None:
-            self.files.write_json(self.trial.trial_json, {**self._trial_json,
-                                                          "status": FINISHED})
+            finished = {**self._trial_json, "status": FINISHED}
+            tasks.append((lambda: files.write_json(self.trial.trial_json, finished),
+                          f"marking {files.display(self.trial.trial_json)} finished"))
+        self.uploads.submit(tasks)
+        self.uploads.wait()
 
     def _kpis(self, rows: list) -> None:
         if not rows:
