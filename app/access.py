@@ -15,6 +15,9 @@ component bundles alike, in this order:
    HttpOnly SameSite=Lax cookie so that the page's own requests carry it), in that cookie,
    or in an ``Authorization: token ...`` / ``Bearer ...`` header; compared in constant time.
 
+Every answer also says ``Referrer-Policy: same-origin`` (a URL with the token is not sent
+to other sites) and ``X-Content-Type-Options: nosniff``.
+
 No dash, no torch: plain WSGI and the standard library.
 """
 
@@ -31,6 +34,9 @@ from urllib.parse import parse_qs, urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: on every answer: the page's URL (which may hold the token) is not sent to other sites
+#: as the Referer, and a browser takes each answer as the type it says it is
+HEADERS = [("Referrer-Policy", "same-origin"), ("X-Content-Type-Options", "nosniff")]
 
 
 def host_name(value: str) -> str:
@@ -118,6 +124,9 @@ class AccessGuard:
         self._token = access.token.encode() if access.token else None
 
     def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
+        return self._check(environ, _with_headers(start_response, HEADERS))
+
+    def _check(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
         access = self.access
         host = environ.get("HTTP_HOST") or ""
         if not access.hosts.allows(host):
@@ -180,11 +189,7 @@ class AccessGuard:
     def _setting_cookie(self, start_response: StartResponse) -> StartResponse:
         cookie = (f"{self.access.cookie}={self.access.token}; Path=/; HttpOnly; "
                   "SameSite=Lax")
-
-        def start(status: str, headers: list, exc_info: Any = None) -> Any:
-            return start_response(status, [*headers, ("Set-Cookie", cookie)], exc_info)
-
-        return start
+        return _with_headers(start_response, [("Set-Cookie", cookie)])
 
     def _ask_for_token(self, environ: dict, start_response: StartResponse, *,
                        wrong: bool) -> Iterable[bytes]:
@@ -194,6 +199,13 @@ class AccessGuard:
             f"{problem} Open the URL it printed when it started (it ends in ?token=...), "
             "or send the token in an 'Authorization: token ...' header."),
             [("WWW-Authenticate", 'Token realm="comgra"')])
+
+
+def _with_headers(start_response: StartResponse, extra: list) -> StartResponse:
+    def start(status: str, headers: list, exc_info: Any = None) -> Any:
+        return start_response(status, [*headers, *extra], exc_info)
+
+    return start
 
 
 def _refuse(environ: dict, start_response: StartResponse, status: str, message: str,

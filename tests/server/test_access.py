@@ -83,6 +83,8 @@ def test_without_the_token_nothing_is_served(start_server):
     cookie = first.headers["Set-Cookie"]
     assert f"comgra-token-{running.port}={running.token}" in cookie
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    assert first.headers["Referrer-Policy"] == "same-origin"  # the URL holds the token
+    assert asked.headers["X-Content-Type-Options"] == "nosniff"
     # scripts can send it in a header
     header = {"Authorization": f"token {running.token}"}
     assert running.request("GET", "/_dash-layout", headers=header).status_code == 200
