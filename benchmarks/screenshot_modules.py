@@ -90,7 +90,8 @@ def record_watched(root: Path, steps: int = 60, log_freq: int = 1) -> Path:
     return group
 
 
-def _click(driver, name: str, wait: bool = True) -> None:
+def click_module(driver, name: str, wait: bool = True) -> None:
+    """Click the module whose name ends with ``name`` in the Modules page's graph."""
     from selenium.webdriver.common.action_chains import ActionChains
 
     point = driver.execute_script(_CLICK, name)
@@ -131,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             shown = time.perf_counter() - started
             settle(driver)
             started = time.perf_counter()
-            _click(driver, args.open, wait=False)
+            click_module(driver, args.open, wait=False)
             wait_for_css(driver, ".modules-panel .heatmaplayer image, .modules-panel .hm image",
                          timeout=30)
             panel = time.perf_counter() - started
             settle(driver)
             if args.pick:
-                _click(driver, args.pick)
+                click_module(driver, args.pick)
                 wait_for_css(driver, ".modules-panel + .modules-panel", timeout=30)
                 settle(driver)
             if args.time_page:
