@@ -60,6 +60,7 @@ _MODULE_COLOUR = "#4c78a8"
 _LEAF_COLOUR = "#9ecae9"
 _IO_COLOUR = "#bab0ac"
 _SELECTED_LINE = "#e45756"
+_TEXT_POSITION = {"input": "top right", "output": "top left"}
 _COUNTS_SCALE = "Viridis"
 
 
@@ -338,7 +339,8 @@ def module_graph_figure(
          "showlegend": False, "name": "edges"},
     ]
     chosen = set(selected)
-    xs, ys, labels, hovers, custom, symbols, colours, lines, widths = ([] for _ in range(9))
+    xs, ys, labels, hovers, custom, symbols, colours, lines, widths, where = (
+        [] for _ in range(10))
     for node in view.nodes:
         x, y = layout.positions[node.key]
         xs.append(x)
@@ -348,6 +350,10 @@ def module_graph_figure(
         hint = "<br><i>click to open its modules</i>" if node.has_children else ""
         hovers.append(node.hover + hint)
         custom.append([node.key, node.kind, node.has_children])
+        # the viewed module's inputs and outputs are labelled above, towards the inside:
+        # below and centred, a long role ("output last_hidden_state") ran into the label
+        # of the module beside it and past the figure's edge
+        where.append(_TEXT_POSITION.get(node.kind, "bottom center"))
         if node.kind == "module":
             symbols.append("square" if node.has_children else "circle")
             colours.append(_MODULE_COLOUR if node.has_children else _LEAF_COLOUR)
@@ -359,7 +365,7 @@ def module_graph_figure(
         widths.append(3 if selected_node else 1)
     traces.append({
         "type": "scatter", "mode": "markers+text", "x": xs, "y": ys, "text": labels,
-        "textposition": "bottom center", "hovertext": hovers, "hoverinfo": "text",
+        "textposition": where, "hovertext": hovers, "hoverinfo": "text",
         "customdata": custom, "name": "modules", "showlegend": False,
         "marker": {"size": 20, "symbol": symbols, "color": colours,
                    "line": {"color": lines, "width": widths}},

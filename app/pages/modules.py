@@ -230,7 +230,8 @@ def navigate(
     node: str | None = None,
 ) -> dict:
     """The page's next view: a click on a module picks it (and opens it when it has
-    modules inside), a breadcrumb opens its level, the dropdown sets the picked modules,
+    modules inside) and closes the panels of the modules that contain it, a breadcrumb
+    opens its level, the dropdown sets the picked modules,
     and a node the Tensors page shows (``node``, new since the last time) opens its level."""
     new = {"trial": trial, "parent": None, "picked": [], "from_node": None, **(view or {})}
     if new["trial"] != trial:
@@ -239,7 +240,9 @@ def navigate(
     if clicked:
         key, kind, opens = clicked[0], clicked[1], clicked[2]
         if kind == "module":
-            chosen = [key] + [m for m in chosen if m != key]
+            # down into a container: the panels of the modules around it close (only the
+            # clicked module's and those of other branches, picked to compare, stay)
+            chosen = [key] + [m for m in chosen if m != key and not _contains(m, key)]
             if opens:
                 new["parent"] = key
     elif crumb is not None:
@@ -254,6 +257,13 @@ def navigate(
             chosen = [found] + [m for m in chosen if m != found]
     new["picked"] = chosen[:MAX_PANELS]
     return new
+
+
+def _contains(outer: str, inner: str) -> bool:
+    """Whether the invocation ``outer`` holds ``inner`` (by name: ``model.block#1`` holds
+    ``model.block.conv1#1``)."""
+    base = str(outer).split("#", 1)[0]
+    return str(inner).split("#", 1)[0].startswith(base + ".")
 
 
 def rank_options(ranks: list[int]) -> list[dict]:

@@ -140,6 +140,12 @@ def test_the_figure_marks_what_opens_and_the_tooltips_carry_shapes_and_extra_rep
     xs = dict(zip((c[0] for c in trace["customdata"]), trace["x"]))
     assert xs["Net:input/input 0"] < xs["stem"] < xs["block"] < xs["head"] < xs[
         "Net:output/output 0"]
+    # the inputs' and outputs' labels above them, towards the inside (issue 27: below
+    # and centred, a long output role ran into its neighbour's label and off the edge)
+    where = dict(zip((c[0] for c in trace["customdata"]), trace["textposition"]))
+    assert where["Net:input/input 0"] == "top right"
+    assert where["Net:output/output 0"] == "top left"
+    assert where["stem"] == where["block"] == "bottom center"
     pio.from_json(json.dumps(figure))  # plotly accepts it
 
 

@@ -63,10 +63,16 @@ def test_modules_page_drills_down_and_shows_histograms(dash_duo, watched):
                               timeout=15)
     assert "block" in text_of(dash_duo, ".modules-panel strong")
 
-    # a leaf adds a second panel, in front
+    # a leaf inside: its panel replaces the block's (down into a container, the
+    # container's panel closes); a second leaf adds a panel in front
     click_node(dash_duo, inside[0], graph=MODULE_GRAPH)
+    wait_until(lambda: text_of(dash_duo, ".modules-panel strong").endswith("block.conv1"),
+               what="the leaf's panel")
+    assert len(dash_duo.find_elements(".modules-panel")) == 1
+    second = [k for k in shown_keys(dash_duo) if k.endswith("block.conv2")][0]
+    click_node(dash_duo, second, graph=MODULE_GRAPH)
     wait_until(lambda: len(dash_duo.find_elements(".modules-panel")) == 2, what="two panels")
-    assert text_of(dash_duo, ".modules-panel strong").endswith("block.conv1")
+    assert text_of(dash_duo, ".modules-panel strong").endswith("block.conv2")
 
     # the breadcrumb goes back up
     dash_duo.find_element(f"#{modules.CRUMBS} .modules-crumb").click()
@@ -75,7 +81,7 @@ def test_modules_page_drills_down_and_shows_histograms(dash_duo, watched):
 
     # the panel's way to the Tensors page: the module's output node is selected there
     dash_duo.find_element(".modules-panel .btn-link").click()
-    wait_for_header(dash_duo, "node", inside[0])
+    wait_for_header(dash_duo, "node", second)
     wait_for_header(dash_duo, "role", "output 0")
     assert dash_duo.get_logs() == [], dash_duo.get_logs()
 

@@ -64,9 +64,16 @@ def test_drill_down_and_breadcrumb_on_a_real_recording(watched):
     leaf = next(n for n in inside.nodes if n.label == "conv1")
     view = page.navigate(view, graph, "trial_a", clicked=[leaf.key, "module", False])
     assert view["parent"] == names["block"].key
-    assert view["picked"] == [leaf.key, names["block"].key]
+    # down into the block: its panel closes, the leaf's stays (issue 27)
+    assert view["picked"] == [leaf.key]
+    other = next(n for n in inside.nodes if n.label == "conv2")
+    view = page.navigate(view, graph, "trial_a", clicked=[other.key, "module", False])
+    assert view["picked"] == [other.key, leaf.key]  # siblings side by side
     view = page.navigate(view, graph, "trial_a", crumb=top.parent)
     assert view["parent"] == top.parent and len(view["picked"]) == 2
+    # a module of another branch stays beside one picked inside a container
+    stem = page.navigate(view, graph, "trial_a", clicked=[names["stem"].key, "module", False])
+    assert stem["picked"][0] == names["stem"].key and leaf.key in stem["picked"]
 
     # tooltips: shapes and extra_repr rows
     hover = leaf.hover
