@@ -60,7 +60,7 @@ setup_test() {
 
 # The package as a user gets it: `python -m build` makes the sdist and from the sdist the
 # wheel (so the sdist is checked too), the wheel goes into a new virtual environment with
-# nothing else but the CPU torch and its own dependencies, and tests/packaging/smoke.py
+# nothing else but the CPU torch and its own dependencies, and tests/wheel_check/smoke.py
 # runs from a folder outside the source tree (docs/INSTALL.md says what it checks).
 # Everything is made in a temporary folder, removed at the end; pip's cache is reused.
 wheel_test() {
@@ -96,7 +96,7 @@ wheel_test() {
     # no byte-compiling of every installed file (3x faster; imports compile what they use)
     "$work/venv/bin/python" -m pip install -q --no-compile "torch==2.13.0"
     "$work/venv/bin/python" -m pip install -q --no-compile "$wheel"
-    cp tests/packaging/smoke.py "$work/smoke.py"
+    cp tests/wheel_check/smoke.py "$work/smoke.py"
     mkdir "$work/run"
     (cd "$work/run" && "$work/venv/bin/python" "$work/smoke.py" \
         --source "$src" --wheel "$wheel" --work "$work/run")

@@ -19,7 +19,7 @@ Checks, each failing loudly with what is missing:
 6. the GUI's app factory builds on the example group and serves a page and its assets.
 
 Only the standard library is imported at the top: the functions that list files are
-also used by tests/packaging/test_wheel.py in the development environment.
+also used by tests/wheel_check/test_wheel.py in the development environment.
 """
 
 from __future__ import annotations
