@@ -49,6 +49,11 @@ class UnsafePickleError(StorageError):
     rebuild plain containers, strings, numbers and numpy arrays; it was not loaded."""
 
 
+class UnsafePathError(StorageError):
+    """A path inside a group's ``trials/`` folder goes through a symbolic link (or
+    ``..``): comgra_like does not follow it, to read or to write (docs/RELIABILITY.md)."""
+
+
 class ReadOnlyError(ComgraError, PermissionError):
     """The GUI was asked to write into a group it serves read-only (``comgra --read-only``,
     the default when it listens beyond this machine)."""

@@ -39,6 +39,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, StorageError
+from . import confine
 from .schema import MAX_ROWS_PER_ROW_GROUP
 
 #: ``s3://bucket/key``, and the same after ``Path`` joined the slashes (``s3:/bucket/key``).
@@ -74,10 +75,22 @@ def parquet_encodings(schema: pa.Schema) -> dict:
 class Files:
     """The local file system (and the methods every implementation has).
 
-    Paths are ``Path`` objects built with :mod:`comgra_like.format.layout`.
+    Paths are ``Path`` objects built with :mod:`comgra_like.format.layout`. Nothing
+    inside a group's ``trials/`` folder is reached through a symbolic link
+    (:mod:`comgra_like.format.confine`): reads and writes through one raise
+    UnsafePathError, look-ups answer "not there", listings of such a folder are empty.
     """
 
     remote = False
+
+    def refusal(self, path: str | os.PathLike) -> str | None:
+        """Why ``path`` is not followed (a link inside a group), None when it may be."""
+        return None if self.remote else confine.refusal(path)
+
+    def links(self, folder: str | os.PathLike) -> list[str]:
+        """Names of the symbolic links directly in ``folder``, which every access
+        refuses; readers report them (none on an object store)."""
+        return [] if self.remote else confine.links(folder)
 
     def display(self, path: str | os.PathLike) -> str:
         """How ``path`` is named in messages (an object-store location as its URI)."""
@@ -86,14 +99,17 @@ class Files:
     def arrow(self, path: str | os.PathLike) -> tuple[pafs.FileSystem | None, str]:
         """(filesystem, path) for pyarrow's readers (``pq.read_table(p, filesystem=fs)``,
         ``pyarrow.dataset``): None is the local disk."""
+        confine.check(path, "read")
         return None, str(path)
 
     def is_dir(self, path: Path) -> bool:
-        return os.path.isdir(path)
+        return confine.allowed(path) and os.path.isdir(path)
 
     def signature(self, path: Path) -> tuple[int, int] | None:
         """(modification time, size), None when the file cannot be looked at: a file that
         is replaced gets a new one."""
+        if not confine.allowed(path):
+            return None
         try:
             st = os.stat(path)
         except OSError:
@@ -104,13 +120,18 @@ class Files:
 
     def list(self, folder: Path) -> list[str]:
         """The names in ``folder`` (hidden ones included); empty when it does not exist."""
+        if not confine.allowed(folder):
+            return []
         try:
             return os.listdir(folder)
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def list_folders(self, folder: Path) -> list[str]:
-        """The names of the folders in ``folder``; empty when it does not exist."""
+        """The names of the folders in ``folder``; empty when it does not exist. A link to
+        a folder is listed (readers refuse it, and say so)."""
+        if not confine.allowed(folder):
+            return []
         try:
             return [e.name for e in os.scandir(folder) if e.is_dir()]
         except OSError:
@@ -118,13 +139,18 @@ class Files:
 
     def list_signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
         """The files in ``folder`` (hidden ones included) with the :meth:`signature` of a
-        parquet file, from the listing itself: no request per file on an object store."""
+        parquet file, from the listing itself: no request per file on an object store.
+        A link is left out (said once in the log)."""
         out = {}
+        if not confine.allowed(folder):
+            return out
         try:
             with os.scandir(folder) as entries:
                 for e in entries:
                     try:
-                        if e.is_file():
+                        if e.is_symlink():
+                            confine.allowed(e.path)
+                        elif e.is_file():
                             st = e.stat()
                             out[e.name] = (st.st_mtime_ns, st.st_size)
                     except OSError:
@@ -134,12 +160,13 @@ class Files:
         return out
 
     def exists(self, path: Path) -> bool:
-        return os.path.exists(path)
+        return confine.allowed(path) and os.path.exists(path)
 
     def is_file(self, path: Path) -> bool:
-        return os.path.isfile(path)
+        return confine.allowed(path) and os.path.isfile(path)
 
     def read_bytes(self, path: Path) -> bytes:
+        confine.check(path, "read")
         with open(path, "rb") as f:
             return f.read()
 
@@ -219,18 +246,24 @@ class Files:
         return rows
 
     def make_folder(self, path: Path) -> None:
+        confine.check(path, "make the folder")
         os.makedirs(path, exist_ok=True)
 
     def remove(self, path: Path) -> None:
         """Delete a file; one that is gone already is fine."""
+        confine.check(path, "delete")
         _remove_quietly(path)
 
     def remove_tree(self, path: Path) -> None:
         """Delete a folder and everything in it (a symbolic link is refused by the caller)."""
+        confine.check(path, "delete")
         shutil.rmtree(path)
 
     def _temporary(self, path: Path) -> str:
-        """A new hidden file next to ``path`` (its folder made first)."""
+        """A new hidden file next to ``path`` (its folder made first); every write starts
+        here, so a path through a link inside a group is refused before anything is
+        written."""
+        confine.check(path, "write")
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",

@@ -82,6 +82,10 @@ RANK_STEP_KEY = [*STEP_KEY, RANK]
 UNKNOWN_RANGE = (-(2**62), 2**62)
 #: How many repeated (step, iteration) pairs a report names before "…".
 _NAMED_DUPLICATES = 3
+#: Why a symbolic link inside a group is skipped (format/confine.py).
+LINK_REASON = ("a symbolic link, not followed: comgra_like reads nothing through links "
+               "inside a group (they could lead anywhere); replace it by the folder or "
+               "file itself")
 
 
 Signature = tuple[int, int]
@@ -377,6 +381,11 @@ class GroupIndex:
             update = Update(RefreshReport(0, [], {}, []))
             folder = trials_dir(self.path)
             names = sorted(self.files.list_folders(folder))
+            links = self.files.links(folder)
+            for name in links:  # a linked trial folder is not one of the group's trials
+                if not is_hidden(name):
+                    self._skip(folder / name, LINK_REASON, skipped)
+            names = [n for n in names if n not in links]
             for name in names:
                 if is_hidden(name) or not TRIAL_ID_PATTERN.match(name):
                     continue
@@ -447,6 +456,8 @@ class GroupIndex:
     def _update_trial(self, trial: TrialIndex, skipped: list[SkippedFile],
                       update: Update) -> TrialChange | None:
         old_status = trial.info.status if trial.info else None
+        for name in self.files.links(trial.path):  # every access refuses them: say so
+            self._skip(trial.path / name, LINK_REASON, skipped)
         self._update_info(trial, skipped)
         status_changed = trial.info is not None and trial.info.status != old_status
         # Steps first: the writer renames a step's tensors (and graphs) before its steps
@@ -591,6 +602,8 @@ class GroupIndex:
         path = trial.path / LEGACY_NOTES_JSONL
         if self.files.remote:
             return False  # written before notes were shards, never to object storage
+        if self.files.refusal(path) is not None:
+            return False  # a link (reported with the trial folder's links)
         try:
             size = path.stat().st_size
         except OSError:
