@@ -431,8 +431,11 @@ class GroupIndex:
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
             version = int(data["schema_version"])
+            named = data.get("trial_id", trial.trial_id)
             info = TrialInfo(
-                trial_id=str(data.get("trial_id", trial.trial_id)),
+                # the folder name is the trial's identity: a renamed (copied) trial folder
+                # is listed, opened and read under its new name
+                trial_id=trial.trial_id,
                 status=str(data.get("status", "")),
                 created=float(data.get("created") or 0.0), schema_version=version,
                 settings=dict(data.get("settings") or {}),
@@ -450,6 +453,11 @@ class GroupIndex:
                              f"{SCHEMA_VERSION}: upgrade comgra_like", skipped)
             return False
         self._unskip(path)
+        if named != trial.trial_id:
+            self._skip(path, f"names the trial {str(named)!r}, but its folder is "
+                             f"{trial.trial_id!r} (renamed or copied): the trial is listed and "
+                             f"opened as {trial.trial_id!r}; nothing of it is left out",
+                       skipped)
         trial.info = info
         return True
 

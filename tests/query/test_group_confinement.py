@@ -1,9 +1,11 @@
-"""Reads and writes stay inside the group folder (issue 28, item 6).
+"""Reads and writes stay inside the group folder (issue 28, items 6 and 7).
 
-A symbolic link inside a group's ``trials/`` folder (a trial folder, a table
+Item 6: a symbolic link inside a group's ``trials/`` folder (a trial folder, a table
 folder, a notes file, a shard) is never followed: readers leave it out and report it
 like a damaged file (the GUI's banner, a log warning), writes through it are refused
-with UnsafePathError and write nothing.
+with UnsafePathError and write nothing. Item 7: the folder name is a trial's identity:
+a trial folder renamed or copied next to the original is listed, opened and read under
+its folder name, and the mismatch with its trial.json is reported.
 
 Every group here is written by the real recorder (the session's ``tiny_group``: two
 finished trials of a small recurrent model, copied per test).
@@ -178,3 +180,33 @@ def test_the_filesystem_seam_refuses_links_below_trials(group, outside):
     # outside trials/ nothing is checked; a link above the group is the user's
     assert confine.refusal(outside / "anything") is None
     assert list(outside.iterdir()) == []
+
+
+# ----- item 7: a renamed trial ----------------------------------------------------------
+
+
+def test_a_renamed_copy_of_a_trial_is_listed_and_read_under_its_folder_name(group):
+    shutil.copytree(group / "trials" / "trial_a", group / "trials" / "trial_a_renamed")
+
+    g = open_group(group)
+    assert [t.trial_id for t in g.list_trials()] == ["trial_a", "trial_a_renamed", "trial_b"]
+    reason = _skipped(g)[str(group / "trials" / "trial_a_renamed" / "trial.json")]
+    assert "names the trial 'trial_a'" in reason and "'trial_a_renamed'" in reason
+    pd.testing.assert_frame_equal(g.list_steps("trial_a_renamed"), g.list_steps("trial_a"))
+    pd.testing.assert_frame_equal(g.read_kpis("trial_a_renamed"), g.read_kpis("trial_a"))
+    assert g.read_notes("trial_a_renamed") == g.read_notes("trial_a")
+    step = int(g.list_steps("trial_a").training_step.iloc[-1])
+    tensors = g.list_tensors("trial_a_renamed", step)
+    assert len(tensors) > 0
+    assert list(g.read_trials().trial_id) == ["trial_a", "trial_a_renamed", "trial_b"]
+
+    # every page reads through AppData: the renamed trial opens like the original
+    data = AppData(group, refresh_seconds=0.1)
+    assert data.trial_ids() == ["trial_a", "trial_a_renamed", "trial_b"]
+    assert data.trial_info("trial_a_renamed").trial_id == "trial_a_renamed"
+    assert len(data.steps("trial_a_renamed")) == len(data.steps("trial_a"))
+    iteration = int(g.list_steps("trial_a").iteration.iloc[-1])
+    graph = data.graph("trial_a_renamed", step, iteration)
+    assert graph is not None and graph == data.graph("trial_a", step, iteration)
+    pd.testing.assert_frame_equal(data.kpis("trial_a_renamed"), data.kpis("trial_a"))
+    assert data.findings("trial_a_renamed") == data.findings("trial_a")
