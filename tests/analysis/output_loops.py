@@ -132,3 +132,41 @@ def stuck_offset(root: Path, learns: bool = False, steps: int = 120, every: int 
         rec.finish_batch()
     rec.finalize()
     return root / group
+
+
+def bert_multilabel(root: Path, steps: int = 60, every: int = 10,
+                    group: str = "bert_multilabel") -> Path:
+    """A tiny BERT built from a config (transformers; no weights downloaded) learning four
+    labels per sequence (does token 5 + j occur in it?) through a sigmoid: a healthy
+    bounded output whose targets are 0 and 1. Registered: ``logits``, ``probabilities``,
+    ``labels`` (the target), ``loss``."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(3)
+    config = BertConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=16, num_labels=4)
+    model = BertForSequenceClassification(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    rec = _recorder(root, group, "bert_multilabel", steps, every)
+    rec.track_module("bert", model)
+    for step in range(steps):
+        tokens = torch.randint(5, 16, (BATCH, 12))
+        labels = torch.stack([(tokens == 5 + j).any(dim=1) for j in range(4)], 1).float()
+        rec.start_batch(step, BATCH)
+        rec.start_iteration()
+        logits = model(input_ids=tokens).logits
+        rec.register_tensor("logits", logits)
+        probabilities = torch.sigmoid(logits)
+        rec.register_tensor("probabilities", probabilities)
+        rec.register_tensor("labels", labels, is_target=True)
+        loss = ((probabilities - labels) ** 2).mean()
+        rec.register_tensor("loss", loss, is_loss=True)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        rec.record_current_gradients("gradients")
+        rec.finish_iteration()
+        rec.finish_batch()
+    rec.finalize()
+    return root / group
