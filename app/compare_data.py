@@ -1,0 +1,202 @@
+"""The Compare page's reads, through :class:`~app.data.AppData` and the query API only:
+the trials table, the quantities the selected trials share (KPIs, a tensor's statistic,
+per-module metrics), one quantity of one trial as a series, and the first divergence of
+two trials. Everything is cached in AppData's one cache under keys holding the trials'
+data versions, so a refresh that finds new data makes it stale by construction.
+
+A quantity is a small JSON-able list (the value of the page's dropdown):
+``["kpi", kpi_group, kpi_name]``, ``["tensor", iteration, node, role, recording_type,
+aggregation]`` (with a statistic chosen beside it) or ``["metric", module, metric]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from comgra_like.analysis import SEVERITIES
+from comgra_like.analysis.core import where as finding_where
+from comgra_like.vocabulary import BATCH_MEAN, NO_BATCH
+
+from . import compare_figures as cf
+from . import selection as sel
+
+KPI, TENSOR, METRIC = "kpi", "tensor", "metric"
+KINDS = (KPI, TENSOR, METRIC)
+#: A tensor is offered with the first of these aggregations it has (one line per trial).
+TENSOR_AGGREGATIONS = (BATCH_MEAN, NO_BATCH)
+
+
+def versions(data: Any, trials: Sequence[str]) -> tuple:
+    return tuple((t, data.trial_version(t)) for t in trials)
+
+
+def trials_frame(data: Any, with_findings: bool = False) -> pd.DataFrame:
+    """``Group.read_trials`` of the whole group (with the findings by severity from
+    ``AppData.findings``, which scans each trial once per data version)."""
+    if data.group is None:
+        return pd.DataFrame(columns=["trial_id"])
+    key = ("compare-trials", versions(data, data.trial_ids()), with_findings)
+
+    def counts(trial: str) -> dict[str, int]:
+        out = dict.fromkeys(SEVERITIES, 0)
+        for f in data.findings(trial):
+            out[f["severity"]] = out.get(f["severity"], 0) + 1
+        return out
+
+    return data.cached(key, lambda: data.group.read_trials(
+        findings=counts if with_findings else None))
+
+
+def config_keys(frame: pd.DataFrame) -> list[str]:
+    """The config keys of the table (without the ``config.`` prefix)."""
+    prefix = cf.CONFIG_PREFIX
+    return [c[len(prefix):] for c in frame.columns if c.startswith(prefix)]
+
+
+def config_values(frame: pd.DataFrame, key: str) -> dict[str, Any]:
+    column = cf.CONFIG_PREFIX + key
+    if column not in frame.columns:
+        return {}
+    return dict(zip(frame["trial_id"], frame[column]))
+
+
+def encode(quantity: Sequence[Any]) -> str:
+    return json.dumps(list(quantity), separators=(",", ":"))
+
+
+def decode(value: str | None) -> list | None:
+    if not value:
+        return None
+    try:
+        quantity = json.loads(value)
+    except ValueError:
+        return None
+    return quantity if isinstance(quantity, list) and quantity and quantity[0] in KINDS \
+        else None
+
+
+def quantity_label(quantity: Sequence[Any], statistic: str | None = None) -> str:
+    kind = quantity[0]
+    if kind == KPI:
+        return f"KPI {quantity[1]}" + (f" · {quantity[2]}" if quantity[2] else "")
+    if kind == METRIC:
+        return f"{quantity[2]} of {quantity[1]}"
+    _, iteration, node, role, rt, agg = quantity
+    role_text = "" if role == node else f" ({role})"
+    it = "" if int(iteration) < 0 else f" it {iteration}"
+    return (f"{statistic or 'mean'} of {node}{role_text}{it} · "
+            f"{sel.option_label('recording_type', rt)} · {sel.option_label('aggregation', agg)}")
+
+
+def quantity_options(data: Any, trials: Sequence[str], kind: str) -> list[dict[str, str]]:
+    """The quantities of ``kind`` found in the selected trials (KPIs and metrics: of any
+    of them; tensors: those of the first trial's last recorded step)."""
+    trials = [t for t in trials if t in set(data.trial_ids())]
+    if not trials or data.group is None:
+        return []
+    key = ("compare-options", kind, versions(data, trials))
+    return data.cached(key, lambda: _options(data, trials, kind))
+
+
+def _options(data: Any, trials: Sequence[str], kind: str) -> list[dict[str, str]]:
+    found: list[list] = []
+    if kind == KPI:
+        pairs = set()
+        for t in trials:
+            kpis = data.kpis(t)
+            if len(kpis):
+                pairs |= set(zip(kpis["kpi_group"].astype(str), kpis["kpi_name"].astype(str)))
+        found = [[KPI, g, n] for g, n in sorted(pairs)]
+    elif kind == METRIC:
+        pairs = set()
+        for t in trials:
+            listed = data.group.list_metrics(t)
+            pairs |= set(zip(listed["module"].astype(str), listed["metric"].astype(str)))
+        found = [[METRIC, m, name] for m, name in sorted(pairs)]
+    elif kind == TENSOR:
+        steps = data.steps(trials[0])
+        recorded = sorted(steps) if len(steps) else []
+        if recorded:
+            index = data.tensor_index(trials[0], int(recorded[-1]))
+            for (it, node, role), by_type in index.items():
+                for rt in sorted(by_type, key=sel.recording_type_sort_key):
+                    agg = next((a for a in TENSOR_AGGREGATIONS if a in by_type[rt]), None)
+                    if agg is not None:
+                        found.append([TENSOR, it, node, role, rt, agg])
+            found.sort(key=lambda q: (sel.recording_type_sort_key(q[4]), q[2], q[3], q[1]))
+    return [{"label": quantity_label(q).replace("mean of ", "", 1) if q[0] == TENSOR
+             else quantity_label(q), "value": encode(q)} for q in found]
+
+
+def series(data: Any, trial: str, quantity: Sequence[Any], statistic: str = "mean"
+           ) -> cf.Series:
+    """One quantity of one trial over its recorded steps (empty arrays: none)."""
+    key = ("compare-series", trial, data.trial_version(trial), tuple(quantity), statistic)
+    empty = (np.zeros(0, np.int64), np.zeros(0))
+
+    def read() -> cf.Series:
+        frame = _read(data, trial, quantity, statistic)
+        if frame is None or frame.empty:
+            return empty
+        return cf.as_series(frame.iloc[:, 0].to_numpy(), frame.iloc[:, 1].to_numpy())
+
+    return data.cached(key, lambda: data._safely(
+        f"{quantity_label(quantity, statistic)} of {trial}", read, empty))
+
+
+def _read(data: Any, trial: str, quantity: Sequence[Any], statistic: str
+          ) -> pd.DataFrame | None:
+    kind = quantity[0]
+    group = data.group
+    if kind == KPI:
+        kpis = data.kpis(trial)
+        if kpis.empty:
+            return None
+        chosen = kpis[(kpis["kpi_group"].astype(str) == quantity[1])
+                      & (kpis["kpi_name"].astype(str) == quantity[2])]
+        return chosen.sort_values("timepoint", kind="stable")[["timepoint", "value"]]
+    if kind == METRIC:
+        frame = group.read_metrics(trial, module=quantity[1], metric=quantity[2])
+        return frame[["training_step", "value"]]
+    _, iteration, node, role, rt, agg = quantity
+    frame = group.read_statistics(trial, nodes=node, roles=role, recording_types=rt,
+                                  aggregations=agg, iterations=int(iteration),
+                                  statistics=statistic)
+    frame = frame[frame["sample_index"] < 0] if "sample_index" in frame else frame
+    return frame[["training_step", statistic]]
+
+
+def divergence(data: Any, trial_a: str, trial_b: str, tolerance: float = 1e-5
+               ) -> dict[str, Any]:
+    """``first_divergence`` of two trials as a dict: ``text`` (the explanation, or why
+    there is none), ``where_a``/``where_b`` (the Tensors page's selection of the named
+    tensor in each trial; None without a divergence)."""
+    key = ("compare-divergence", versions(data, [trial_a, trial_b]), tolerance)
+
+    def compute() -> dict[str, Any]:
+        from comgra_like.analysis import first_divergence
+        from comgra_like.errors import ComgraError
+
+        try:
+            found = first_divergence(data.group, trial_a, trial_b, tolerance=tolerance)
+        except ComgraError as e:
+            return {"text": f"Not compared: {e}", "where_a": None, "where_b": None}
+        if found is None:
+            return {"text": f"{trial_a!r} and {trial_b!r} agree on every step both "
+                            f"recorded (tolerance {tolerance:g}).",
+                    "where_a": None, "where_b": None, "step": None}
+        place = {"step": found.step, "iteration": found.iteration, "node": found.node,
+                 "role": found.role, "recording_type": found.recording_type,
+                 "aggregation": found.aggregation, "sample_index": found.sample_index,
+                 "statistic": found.statistic if found.statistic in
+                 sel.SERIES_STATISTICS else None}
+        return {"text": found.explain(), "step": found.step,
+                "where_a": finding_where(trial_a, **place),
+                "where_b": finding_where(trial_b, **place)}
+
+    return data.cached(key, compute)

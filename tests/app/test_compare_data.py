@@ -1,0 +1,148 @@
+"""The Compare page's reads on real recorded loops through AppData: the trials table with
+config columns, the quantities the selected trials share, series aligned by step, the
+grouped overlay and the first divergence with its places in both trials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from comgra_like.app import compare_data as cd
+from comgra_like.app import compare_figures as cf
+from comgra_like.app.data import AppData
+from torch import nn
+
+from comgra_like.objects import DecisionMakerForRecordingsHardcoded
+from comgra_like.recorder import ComgraRecorder
+
+#: (trial, lr, seed, recorded steps)
+TRIALS = (("lr0.05-s0", 0.05, 0, range(0, 8, 2)), ("lr0.05-s1", 0.05, 1, range(0, 8, 2)),
+          ("lr0.2-s0", 0.2, 0, range(0, 8, 2)), ("lr0.2-s1", 0.2, 1, range(1, 8, 3)))
+
+
+def train(root: Path, trial: str, lr: float, seed: int, recorded: range, steps: int = 8
+          ) -> dict[int, float]:
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    rec = ComgraRecorder(root, "g", trial, DecisionMakerForRecordingsHardcoded(recorded),
+                         max_num_batch_size_to_record=0,
+                         calculate_svd_and_other_expensive_operations_of_parameters=False,
+                         config={"optim": {"lr": lr}, "seed": seed})
+    rec.track_module("net", net)
+    torch.manual_seed(100)  # the same data in every trial
+    losses = {}
+    for step in range(steps):
+        x = torch.randn(8, 4)
+        rec.start_batch(step, 8)
+        rec.start_iteration()
+        rec.register_tensor("x", x, is_input=True)
+        out = net(x)
+        rec.register_tensor("out", out)
+        loss = (out - 1).pow(2).mean()
+        rec.register_tensor("loss", loss, is_loss=True)
+        rec.record_kpi_in_graph("loss", "", loss)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        rec.record_current_gradients("loss")
+        rec.finish_iteration()
+        rec.finish_batch()
+        losses[step] = float(loss.detach())
+    rec.finalize()
+    return losses
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    losses = {name: train(root, name, lr, seed, recorded)
+              for name, lr, seed, recorded in TRIALS}
+    data = AppData(root / "g", refresh_seconds=0)
+    data.refresh(force=True)
+    return data, losses
+
+
+def test_the_table_has_a_row_per_trial_with_its_config(sweep):
+    data, losses = sweep
+    frame = cd.trials_frame(data)
+    assert sorted(frame["trial_id"]) == sorted(t[0] for t in TRIALS)
+    assert cd.config_keys(frame) == ["optim.lr", "seed"]
+    by_trial = frame.set_index("trial_id")
+    assert by_trial.loc["lr0.2-s1", "config.optim.lr"] == 0.2
+    # record_kpi_in_graph stores the KPI at recorded steps: the last is step 6's loss
+    assert by_trial.loc["lr0.05-s1", "kpi.loss"] == pytest.approx(losses["lr0.05-s1"][6])
+    rows = cf.table_rows(frame, "lr0.2")
+    assert {r["id"] for r in rows} == {"lr0.2-s0", "lr0.2-s1"}
+    with_findings = cd.trials_frame(data, with_findings=True)
+    assert {"findings.error", "findings.warning", "findings.info"} <= set(with_findings)
+
+
+def test_kpi_series_of_every_trial_aligned_by_step(sweep):
+    data, losses = sweep
+    trials = [t[0] for t in TRIALS]
+    options = cd.quantity_options(data, trials, cd.KPI)
+    assert [cd.decode(o["value"]) for o in options] == [[cd.KPI, "loss", ""]]
+    quantity = cd.decode(options[0]["value"])
+    series = {t: cd.series(data, t, quantity) for t in trials}
+    for name, _, _, recorded in TRIALS:  # logged in the graph: at the recorded steps
+        steps, values = series[name]
+        assert steps.tolist() == list(recorded)
+        assert np.allclose(values, [losses[name][s] for s in recorded])
+    assert series["lr0.05-s0"][1][0] == series["lr0.2-s0"][1][0]  # same seed, step 0
+
+
+def test_a_tensor_statistic_across_trials_that_recorded_other_steps(sweep):
+    data, _ = sweep
+    trials = ["lr0.2-s0", "lr0.2-s1"]
+    options = [cd.decode(o["value"]) for o in cd.quantity_options(data, trials, cd.TENSOR)]
+    out = next(q for q in options if q[2] == "out" and q[4] == "forward")
+    assert out[5] == "batch_mean"
+    a = cd.series(data, "lr0.2-s0", out, "abs_max")
+    b = cd.series(data, "lr0.2-s1", out, "abs_max")
+    assert a[0].tolist() == [0, 2, 4, 6] and b[0].tolist() == [1, 4, 7]
+    expected = data.group.read_statistics("lr0.2-s1", nodes="out", roles=out[3],
+                                          recording_types="forward",
+                                          aggregations="batch_mean", statistics="abs_max")
+    assert np.allclose(b[1], expected.sort_values("training_step")["abs_max"])
+    steps, matrix = cf.align({"a": a, "b": b})
+    assert steps.tolist() == [0, 1, 2, 4, 6, 7]
+    assert np.isnan(matrix[0, 1]) and np.isnan(matrix[1, 0])
+
+
+def test_grouped_by_lr_each_group_mean_is_numpys_over_its_trials(sweep):
+    data, _ = sweep
+    trials = [t[0] for t in TRIALS]
+    frame = cd.trials_frame(data)
+    groups = cf.group_trials(trials, cd.config_values(frame, "optim.lr"))
+    assert groups == {"0.05": ["lr0.05-s0", "lr0.05-s1"], "0.2": ["lr0.2-s0", "lr0.2-s1"]}
+    quantity = [cd.KPI, "loss", ""]
+    series = {t: cd.series(data, t, quantity) for t in trials}
+    fig = cf.overlay_figure(series, "loss", groups=groups, group_key="optim.lr")
+    means = {tr.name: np.asarray(tr.y) for tr in fig.data if not tr.name.endswith("band")}
+    # lr 0.05: both trials recorded steps 0, 2, 4, 6: the mean is numpy's
+    stacked = np.vstack([series[t][1] for t in groups["0.05"]])
+    assert np.allclose(means["optim.lr=0.05 (2)"], stacked.mean(axis=0))
+    # lr 0.2: steps 0, 2, 4, 6 and 1, 4, 7: on the union, each trial interpolated
+    # within its own steps, then numpy's mean over the trials covering the step
+    a, b = series["lr0.2-s0"], series["lr0.2-s1"]
+    steps = np.union1d(a[0], b[0])
+    ia = np.where((steps >= 0) & (steps <= 6), np.interp(steps, *a), np.nan)
+    ib = np.where((steps >= 1) & (steps <= 7), np.interp(steps, *b), np.nan)
+    assert np.allclose(means["optim.lr=0.2 (2)"], np.nanmean(np.vstack([ia, ib]), axis=0))
+
+
+def test_first_divergence_names_the_step_and_where_to_open_it(sweep):
+    data, _ = sweep
+    found = cd.divergence(data, "lr0.05-s0", "lr0.2-s0")
+    # same seed and data, another lr: the first update (step 0) differs
+    assert found["step"] == 0
+    assert "first differ at step 0" in found["text"]
+    assert found["where_a"]["trial"] == "lr0.05-s0"
+    assert found["where_b"]["trial"] == "lr0.2-s0"
+    assert found["where_a"]["recording_type"] == "update"
+    assert found["where_a"]["node"] == found["where_b"]["node"]
+    same = cd.divergence(data, "lr0.05-s0", "lr0.05-s0")
+    assert same["where_a"] is None and "Not compared" in same["text"]
