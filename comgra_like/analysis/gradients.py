@@ -73,11 +73,38 @@ def _rms(rows: pd.DataFrame) -> np.ndarray:
 
 
 def along_graph(data: TrialData) -> list[Finding]:
+    findings = []
+    for recording_type, (gains, names) in _graph_gains(data).items():
+        findings += _gain_findings(data, recording_type, gains, names)
+    return findings
+
+
+def gain_table(data: TrialData) -> pd.DataFrame:
+    """Every tensor's gains along the graph: recording_type, node, role, iteration,
+    median_gain (its gradient RMS over the largest of the tensors depending on it) and
+    median_reach (the same with the largest gradient among the tensor and everything it
+    is computed from), medians over the recorded steps; what the vanishing and exploding
+    findings are judged on, for calibrating them."""
+    out = []
+    for recording_type, (gains, names) in _graph_gains(data).items():
+        for col, series in gains.items():
+            node, role, iteration = names[col]
+            out.append({"recording_type": recording_type, "node": node, "role": role,
+                        "iteration": iteration,
+                        "median_gain": float(np.median([g for _, g, _, _ in series])),
+                        "median_reach": float(np.median([r for _, _, _, r in series]))})
+    return pd.DataFrame(out, columns=["recording_type", "node", "role", "iteration",
+                                      "median_gain", "median_reach"])
+
+
+def _graph_gains(data: TrialData) -> dict[str, tuple[dict, dict]]:
+    """recording type -> (column -> [(step, gain, reference column, reach)], column ->
+    (node, role, iteration))."""
     rows = data.rows(gradient=True, aggregation=BATCH_MEAN, kinds=(CALCULATED, INPUT))
     if rows.empty:
-        return []
+        return {}
     rows = rows.assign(rms=_rms(rows))
-    findings = []
+    result = {}
     steps_table = data.steps
     for recording_type, part in rows.groupby("recording_type", observed=True):
         # One column per tensor (node, role, iteration), one row per step.
@@ -88,7 +115,7 @@ def along_graph(data: TrialData) -> list[Finding]:
         columns = {(str(n), str(r), int(i)): c for c, (n, r, i) in enumerate(matrix.columns)}
         values = matrix.to_numpy(np.float64)
         step_pos = {int(s): i for i, s in enumerate(matrix.index)}
-        gains: dict[int, list[tuple[int, float, int]]] = {}  # column -> (step, gain, ref col)
+        gains: dict[int, list[tuple[int, float, int, float]]] = {}  # see _gain_findings
         for (digest, iteration), group in steps_table.groupby(["graph_hash", "iteration"],
                                                               observed=True):
             steps = [int(s) for s in group["training_step"] if int(s) in step_pos]
@@ -97,30 +124,41 @@ def along_graph(data: TrialData) -> list[Finding]:
             graph = data.graph(steps[0], int(iteration))
             if graph is None:
                 continue
-            descendants = _descendant_columns(graph, columns)
+            descendants, ancestors = _related_columns(graph, columns)
             sub = values[[step_pos[s] for s in steps]]
+            usable = np.where(np.isfinite(sub) & (sub > 0), sub, np.nan)
             for col, below in descendants.items():
                 if not below:
                     continue
                 own = sub[:, col]
-                down = sub[:, below]
-                down = np.where(np.isfinite(down) & (down > 0), down, np.nan)
+                down = usable[:, below]
                 valid = np.isfinite(own) & (own > 0) & ~np.all(np.isnan(down), axis=1)
                 if not valid.any():
                     continue
                 safe = np.where(np.isnan(down[valid]), -np.inf, down[valid])
                 best = np.argmax(safe, axis=1)
                 ref = np.take_along_axis(safe, best[:, None], axis=1)[:, 0]
+                # What reaches the tensor's sources: the largest gradient among the tensor
+                # and everything it is computed from (a side branch's inputs get theirs
+                # through the other paths too).
+                above = ancestors.get(col, [])
+                reach = own[valid]
+                if above:
+                    up = usable[valid][:, above]
+                    reach = np.fmax(reach, np.nanmax(np.where(np.isnan(up), -np.inf, up),
+                                                     axis=1))
                 gain = own[valid] / ref
-                for s, g, b in zip(np.asarray(steps)[valid], gain, best):
-                    gains.setdefault(col, []).append((int(s), float(g), below[int(b)]))
-        names = {c: key for key, c in columns.items()}
-        findings += _gain_findings(data, str(recording_type), gains, names)
-    return findings
+                for s, g, b, r in zip(np.asarray(steps)[valid], gain, best, reach / ref):
+                    gains.setdefault(col, []).append((int(s), float(g), below[int(b)],
+                                                      float(r)))
+        result[str(recording_type)] = (gains, {c: key for key, c in columns.items()})
+    return result
 
 
-def _descendant_columns(graph, columns: dict[tuple[str, str, int], int]) -> dict[int, list[int]]:
-    """Column of each tensor in the graph -> columns of every tensor that depends on it."""
+def _related_columns(graph, columns: dict[tuple[str, str, int], int]
+                     ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Column of each tensor in the graph -> columns of every tensor that depends on it
+    (its descendants), and -> columns of every tensor it depends on (its ancestors)."""
     nodes = {n.name: n for n in graph.nodes}
 
     def key(node, role):
@@ -129,67 +167,83 @@ def _descendant_columns(graph, columns: dict[tuple[str, str, int], int]) -> dict
                                                                   int(node.iteration))
 
     after: dict[tuple, set[tuple]] = {}
+    before: dict[tuple, set[tuple]] = {}
     for e in graph.edges:
         if e.source in nodes and e.target in nodes:
-            after.setdefault(key(nodes[e.source], e.source_role), set()).add(
-                key(nodes[e.target], e.target_role))
+            source = key(nodes[e.source], e.source_role)
+            target = key(nodes[e.target], e.target_role)
+            after.setdefault(source, set()).add(target)
+            before.setdefault(target, set()).add(source)
+    return _closure(after, columns), _closure(before, columns)
+
+
+def _closure(links: dict[tuple, set[tuple]], columns: dict[tuple[str, str, int], int]
+             ) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
-    for start, users in after.items():
+    for start, nearest in links.items():
         if start not in columns:
             continue
         seen: set[tuple] = set()
-        stack = list(users)
+        stack = list(nearest)
         while stack:
             k = stack.pop()
             if k in seen or k == start:
                 continue
             seen.add(k)
-            stack.extend(after.get(k, ()))
+            stack.extend(links.get(k, ()))
         out[columns[start]] = sorted(columns[k] for k in seen if k in columns)
     return out
 
 
 def _gain_findings(data: TrialData, recording_type: str,
-                   gains: dict[int, list[tuple[int, float, int]]],
+                   gains: dict[int, list[tuple[int, float, int, float]]],
                    names: dict[int, tuple[str, str, int]]) -> list[Finding]:
+    """``gains``: column -> (step, gain, reference column, gain of what reaches its
+    sources) per recorded step. Vanishing is judged on the last (a gradient that is small
+    on a branch whose inputs get a large one by other paths has not vanished), exploding
+    on the gain itself."""
     findings = []
-    medians = {c: float(np.median([g for _, g, _ in v])) for c, v in gains.items() if v}
-    for kind, test, worst in ((VANISHING, lambda m: m < GAIN_LOW, min),
-                              (EXPLODING, lambda m: m > GAIN_HIGH, max)):
-        hit = [c for c, m in medians.items() if test(m)]
+    medians = {c: float(np.median([g for _, g, _, _ in v])) for c, v in gains.items() if v}
+    reached = {c: float(np.median([r for _, _, _, r in v])) for c, v in gains.items() if v}
+    for kind, judged, test, worst in ((VANISHING, reached, lambda m: m < GAIN_LOW, min),
+                                      (EXPLODING, medians, lambda m: m > GAIN_HIGH, max)):
+        hit = [c for c, m in judged.items() if test(m)]
         if not hit:
             continue
-        col = worst(hit, key=medians.__getitem__)
+        col = worst(hit, key=judged.__getitem__)
         node, role, iteration = names[col]
         series = gains[col]
-        last_step, last_gain, ref = series[-1]
+        last_step, last_gain, ref, _ = series[-1]
         ref_node, ref_role, ref_iteration = names[ref]
         others = sorted({names[c][0] for c in hit} - {node})
-        severe = (medians[col] < GAIN_WARNING_LOW if kind == VANISHING
-                  else medians[col] > GAIN_WARNING_HIGH)
+        severe = (judged[col] < GAIN_WARNING_LOW if kind == VANISHING
+                  else judged[col] > GAIN_WARNING_HIGH)
         also = (f"; {len(others)} more tensors are below {fmt(GAIN_LOW)} too: "
                 f"{', '.join(others[:5])}{'…' if len(others) > 5 else ''}"
                 if kind == VANISHING and others else
                 f"; {len(others)} more above {fmt(GAIN_HIGH)}: {', '.join(others[:5])}"
                 if others else "")
         word = "shrinks" if kind == VANISHING else "grows"
+        sources = (", and no tensor it is computed from gets more than "
+                   f"{fmt(judged[col])} times that gradient" if kind == VANISHING else "")
         explanation = (f"The gradient {word} along the graph: at {node!r} (iteration "
                        f"{iteration}, {recording_type}) its RMS is {fmt(medians[col])} times "
-                       f"that of the largest tensor depending on it (median over "
+                       f"that of the largest tensor depending on it{sources} (median over "
                        f"{len(series)} recorded steps; at step {last_step}: {fmt(last_gain)} "
                        f"of {ref_node!r}, iteration {ref_iteration}){also}.")
         findings.append(Finding(
             kind=kind, severity=WARNING if severe else INFO, trial_id=data.trial_id,
-            steps=tuple(sorted({s for s, _, _ in series})), node=node, role=role,
+            steps=tuple(sorted({s for s, _, _, _ in series})), node=node, role=role,
             recording_type=recording_type, explanation=explanation,
             where=where(data.trial_id, step=last_step,
                         type_of_execution=data.type_of_execution.get(last_step),
                         iteration=iteration, node=node, role=role,
                         recording_type=recording_type, aggregation=BATCH_MEAN,
                         statistic="norm"),
-            numbers={"median_gain": medians[col], "last_gain": last_gain,
-                     "reference_node": ref_node, "reference_role": ref_role,
-                     "steps_measured": len(series), "tensors_affected": len(hit),
+            numbers={"median_gain": medians[col], "median_reach": reached[col],
+                     "last_gain": last_gain, "reference_node": ref_node,
+                     "reference_role": ref_role, "steps_measured": len(series),
+                     "tensors_affected": len(hit),
                      "nodes": sorted({names[c][0] for c in hit})},
         ))
     return findings
@@ -301,10 +355,19 @@ def update_ratios(data: TrialData) -> list[Finding]:
     if rows.empty:
         return []
     findings = []
-    high = rows[rows["update_ratio"] > UPDATE_WARNING]
+    medians = rows.groupby(["node", "role"], observed=True)["update_ratio"].median()
+    # A warning needs updates that stay large: the median over the recorded steps (Adam's
+    # first step moves every weight by the learning rate, whatever its gradient: on
+    # GPT-2's scaled initialisation that is 0.1 of the weights' RMS at lr 1e-3, and it
+    # shrinks from the next step on). One step above 1 is an error on its own.
+    lasting = pd.MultiIndex.from_arrays([rows["node"], rows["role"]]).isin(
+        medians[medians > UPDATE_WARNING].index)
+    ratio = rows["update_ratio"].to_numpy(np.float64)
+    high = rows[ratio > UPDATE_WARNING]
     if len(high):
+        steady = rows[lasting & (ratio > UPDATE_WARNING) & (ratio <= UPDATE_ERROR)]
         for severity, part in ((ERROR, high[high["update_ratio"] > UPDATE_ERROR]),
-                               (WARNING, high[high["update_ratio"] <= UPDATE_ERROR])):
+                               (WARNING, steady)):
             if part.empty:
                 continue
             first = part.sort_values(["training_step", "update_ratio"],
@@ -322,7 +385,10 @@ def update_ratios(data: TrialData) -> list[Finding]:
                              f"(||update|| / ||weight||; about 1e-3 is usual, above "
                              f"{fmt(bound)} the learning rate is too large); "
                              f"{len(params)} parameters, at most "
-                             f"{fmt(part['update_ratio'].max())}."),
+                             f"{fmt(part['update_ratio'].max())}"
+                             + ("." if severity == ERROR else
+                                f", above it at most of their recorded steps (median "
+                                f"{fmt(medians[(first['node'], first['role'])])}).")),
                 where=where(data.trial_id, step=step,
                             type_of_execution=data.type_of_execution.get(step), iteration=-1,
                             node=str(first["node"]), role=str(first["role"]),
@@ -332,7 +398,6 @@ def update_ratios(data: TrialData) -> list[Finding]:
                          "max_update_ratio": float(part["update_ratio"].max()),
                          "parameters": params},
             ))
-    medians = rows.groupby(["node", "role"], observed=True)["update_ratio"].median()
     low = medians[medians < UPDATE_LOW]
     if len(low):
         (node, role), value = low.idxmin(), float(low.min())
