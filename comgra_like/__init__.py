@@ -12,6 +12,7 @@ from .errors import (
     CallOrderError,
     ComgraError,
     ConfigurationError,
+    FlightTriggerError,
     GraphError,
     NotFoundError,
     RecordingDecisionError,
@@ -39,6 +40,8 @@ __all__ = [
     "DecisionMakerForRecordings",
     "DecisionMakerForRecordingsFrequencyPerType",
     "DecisionMakerForRecordingsHardcoded",
+    "FlightRecorder",
+    "FlightTriggerError",
     "GraphError",
     "Monitor",
     "NotFoundError",
@@ -61,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from .recorder import ComgraRecorder
 
         return ComgraRecorder
+    if name == "FlightRecorder":  # issue 30: the armed ring of every step's statistics
+        from .record.flight import FlightRecorder
+
+        return FlightRecorder
     if name == "Monitor":  # Taiyi's entry point (per-module metrics)
         from .metrics.monitor import Monitor
 

@@ -57,3 +57,9 @@ class UnsafePathError(StorageError):
 class ReadOnlyError(ComgraError, PermissionError):
     """The GUI was asked to write into a group it serves read-only (``comgra --read-only``,
     the default when it listens beyond this machine)."""
+
+
+class FlightTriggerError(ComgraError, RuntimeError):
+    """An armed ``FlightRecorder(on_trigger="raise")`` saw a trigger (a non-finite value,
+    a spike, the user's predicate); the window of steps before it is written into the
+    trial's ``flight/`` folder before this is raised (docs/FLIGHT.md)."""

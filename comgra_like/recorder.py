@@ -84,8 +84,11 @@ class ComgraRecorder:
         calculate_svd_and_other_expensive_operations_of_parameters: bool = True,
         ranks: str | int | Iterable[int] = "all",
         config: Mapping | None = None,
+        flight_recorder=None,
     ):
         self.comgra_is_active = bool(comgra_is_active)
+        # Armed on every step, recorded or not (record/flight.py, docs/FLIGHT.md).
+        self._flight = None
         # The trial's hyperparameters, checked before anything is written (trial.json).
         self.config = flatten_config(config)
         # Under torch.distributed (or RANK/WORLD_SIZE) each recording rank writes its own
@@ -193,6 +196,15 @@ class ComgraRecorder:
         self._warned_no_gradients = False
         self._warned_unused: set[str] = set()
         protect_retained(self._retained_tensors)  # from FlowChain's extra backward passes
+        if flight_recorder is not None:
+            from .record.flight import FlightRecorder
+
+            if not isinstance(flight_recorder, FlightRecorder):
+                raise ConfigurationError(
+                    "flight_recorder must be a comgra_like.FlightRecorder(...), got "
+                    f"{type(flight_recorder).__name__}")
+            flight_recorder.attach(self.trial_path, self.rank)
+            self._flight = flight_recorder
 
     def _retained_tensors(self) -> list[torch.Tensor]:
         """The registered tensors of the open step that retain their gradient."""
@@ -340,6 +352,9 @@ class ComgraRecorder:
                 training_step, self._known_types))
         else:
             record = self.decision_maker.is_record_on_this_step(training_step, type_of_execution)
+        if (not record and self._flight is not None and override__recording_is_active is None
+                and type_of_execution is not None and self._flight.take_forced_recording()):
+            record = True  # the steps after a flight recorder's trigger are recorded in full
         # Everything that can reject the call is checked before the state changes, so that
         # after the error the loop can call start_batch() again.
         if record:
@@ -366,6 +381,8 @@ class ComgraRecorder:
         self._stage = "batch"
         self._decision_called = False
         self._recording = record
+        if self._flight is not None:
+            self._flight.begin(training_step, self._params)
         if not record:
             return
         self._batch_size = current_batch_size
@@ -455,6 +472,10 @@ class ComgraRecorder:
                     f"register_tensor({tensor_name!r}) called outside a batch: call "
                     "start_batch() first"
                 )
+            if self._flight is not None and self._stage != "idle":
+                self._flight.observe_tensor(tensor_name, tensor, node_name,
+                                            _flight_kind(is_input, is_target, is_loss,
+                                                         is_parameter))
             return
         if record_per_batch_index and self.max_num_batch_size_to_record == 0:
             raise RegistrationError(
@@ -471,6 +492,15 @@ class ComgraRecorder:
             is_initial_value=is_initial_value, stage=self._stage, iteration=self.iteration,
             batch_size=self._batch_size, record_by_default=self._record_by_default)
         self._step.register(tensor_name, tensor, args)
+        if self._flight is not None:
+            self._flight.observe_tensor(tensor_name, tensor, node_name, _flight_kind(
+                is_input, is_target, is_loss, is_parameter))
+
+    def register_sample_ids(self, ids) -> None:
+        """The ids of this step's samples (a list or a 1-D tensor), kept by the flight
+        recorder on every step and written with a triggered window (docs/FLIGHT.md)."""
+        if self._flight is not None and self._stage != "idle":
+            self._flight.register_sample_ids(ids)
 
     # ----- connections --------------------------------------------------------------------
 
@@ -498,6 +528,8 @@ class ComgraRecorder:
         self, name_of_loss_group: str, set_gradients_to_zero_if_not_a_parameter: bool = False
     ) -> None:
         """Store the current ``.grad`` of every registered tensor under this loss group."""
+        if self._flight is not None and self._stage != "idle":
+            self._flight.observe_parameter_gradients(self._params)
         if not self._recording:
             return
         if not self._decided:
@@ -657,6 +689,8 @@ class ComgraRecorder:
         self._recording = False
         if self._kpis.due():
             self._submit_kpis()
+        if self._flight is not None:  # may raise FlightTriggerError (on_trigger="raise")
+            self._flight.end(self._params)
 
     def _warn_unused_leaves(self, step: Step) -> None:
         """Warn (once per name) about registered leaves that nothing registered uses.
@@ -682,6 +716,8 @@ class ComgraRecorder:
         (a StorageError then). A failure of the writer is raised here as StorageError."""
         if not self.comgra_is_active or self._finalized:
             return
+        if self._flight is not None:
+            self._flight.settle()
         self._submit_kpis()
         for collector in self._metrics:
             collector.flush()
@@ -717,6 +753,9 @@ class ComgraRecorder:
             self._drop_step()
             self._stage = "idle"
         self._finalized = True
+        if self._flight is not None:
+            self._flight.settle()
+            self._flight = None
         for collector in self._metrics:  # the last step's metrics, then no more hooks
             collector.close()
         self._metrics = []
@@ -734,6 +773,9 @@ class ComgraRecorder:
         """A point of a KPI curve (Graphs page), stored densely early and sparser later."""
         if not self.comgra_is_active:
             return
+        if (self._flight is not None and self._stage != "idle"
+                and isinstance(val, (numbers.Real, torch.Tensor)) and not isinstance(val, bool)):
+            self._flight.observe_kpi(kpi_group, kpi_name, val)
         if not self._recording and not record_even_if_recording_is_inactive:
             return
         if self._finalized:
@@ -812,6 +854,12 @@ class ComgraRecorder:
         self._writer.submit_batch(slot, body)
         if self._kpis.rows:
             self._submit_kpis()
+
+
+def _flight_kind(is_input: bool, is_target: bool, is_loss: bool, is_parameter: bool) -> str:
+    """A registered tensor's kind, as the flight recorder names it."""
+    return ("loss" if is_loss else "input" if is_input else "target" if is_target
+            else "parameter" if is_parameter else "calculated")
 
 
 def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:

@@ -1,0 +1,527 @@
+"""The flight recorder (issue 30): on every training step, recorded or not, summary
+statistics of every registered tensor, its gradient and each parameter's update, kept in
+memory for the last ``window`` steps, and the full values of the last ``full_steps``
+steps. A trigger (a non-finite value, a loss / gradient-norm / update-ratio spike, a
+user predicate) writes the window into the trial's ``flight/`` folder
+(``format/flight.py``) and makes the recorder record the next ``after`` steps in full.
+
+Statistics are reduced where a tensor lives, two reductions per tensor
+(``torch.var_mean`` and ``torch.aminmax``; the L2 norm follows from the mean and the
+variance). On the CPU they are read at once (free there); NaN and Inf are counted only
+for a tensor whose statistics are not finite. On a GPU the counts are reduced too, a
+step's statistics are stacked into one small tensor, copied to pinned memory without
+blocking, and judged at the end of the next step, so training never waits for the GPU.
+
+Nothing here raises into training: an internal failure logs once and disarms the flight
+recorder (training goes on). The one exception on purpose is
+:class:`~comgra_like.errors.FlightTriggerError` with ``on_trigger="raise"``, raised after
+the window is written. See docs/FLIGHT.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigurationError, FlightTriggerError
+from ..format import flight as ff
+
+log = logging.getLogger("comgra_like")
+
+#: Codes of a row's meaning, for the step's scalars (grad norm, update ratio, loss).
+_OTHER, _PARAM_VALUE, _PARAM_GRAD, _PARAM_UPDATE, _LOSS_VALUE, _LOSS_KPI = range(6)
+_MAD_TO_SIGMA = 1.4826
+
+
+def _guarded(method):
+    """Never raise into training: log once, disarm, go on (FlightTriggerError passes)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._broken:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except FlightTriggerError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of ours must not stop training
+            self._broken = True
+            log.warning("comgra_like: the flight recorder failed in %s (%s: %s) and is "
+                        "switched off; training and the regular recording go on",
+                        method.__name__, type(e).__name__, e)
+            return None
+    return wrapper
+
+
+@dataclass
+class FlightStep:
+    """One step as a predicate sees it (``FlightRecorder(predicate=...)``)."""
+
+    step: int
+    loss: float | None
+    grad_norm: float | None
+    update_ratio: float | None
+    stats: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class _StepRecord:
+    step: int
+    idx: np.ndarray  # catalog index per row
+    values: np.ndarray  # (rows, len(STATISTICS)) float64
+    sample_ids: list | None
+    scalars: dict[str, float | None]
+
+
+class FlightRecorder:
+    """Armed: statistics of every step in memory; on a trigger, the window is written.
+
+    ``window``: steps of statistics kept. ``full_steps``: steps whose full values are kept
+    (within ``max_full_bytes`` in all). ``after``: steps recorded in full after a
+    trigger. ``triggers``: any of ``non_finite``, ``loss_spike``, ``grad_norm_spike``,
+    ``update_spike``. A spike: a value above median + ``spike_mads`` x max(1.4826 MAD,
+    ``spike_floor`` x |median|) of the window's earlier values, judged after ``warmup``
+    steps. ``predicate(FlightStep)``: a trigger of its own when it returns something
+    true. ``on_trigger``: "record" (write and go on) or "raise" (write, then raise
+    FlightTriggerError). ``cooldown``: steps after a written window in which no other is
+    written (default: ``window``).
+    """
+
+    def __init__(self, window: int = 64, full_steps: int = 2, after: int = 8,
+                 triggers: Iterable[str] = (ff.NON_FINITE, ff.LOSS_SPIKE, ff.GRAD_NORM_SPIKE,
+                                            ff.UPDATE_SPIKE),
+                 *, predicate: Callable[[FlightStep], Any] | None = None,
+                 on_trigger: str = "record", cooldown: int | None = None, warmup: int = 16,
+                 spike_mads: float = 10.0, spike_floor: float = 0.05,
+                 max_full_bytes: int = 256 * 2**20, updates: bool = True):
+        for name, v, low in (("window", window, 2), ("full_steps", full_steps, 0),
+                             ("after", after, 0), ("warmup", warmup, 2)):
+            if type(v) is not int or v < low:
+                raise ConfigurationError(
+                    f"FlightRecorder({name}={v!r}): must be an integer >= {low}")
+        triggers = tuple(triggers)
+        unknown = [t for t in triggers if t not in ff.TRIGGER_KINDS or t == ff.PREDICATE]
+        if unknown:
+            raise ConfigurationError(
+                f"FlightRecorder(triggers=...): unknown trigger {unknown[0]!r}; choose from "
+                f"{', '.join(t for t in ff.TRIGGER_KINDS if t != ff.PREDICATE)} (a predicate "
+                "is passed as predicate=)")
+        if on_trigger not in ("record", "raise"):
+            raise ConfigurationError(
+                f"FlightRecorder(on_trigger={on_trigger!r}): choose 'record' (write the "
+                "window and go on) or 'raise' (write it, then stop training with "
+                "FlightTriggerError)")
+        if predicate is not None and not callable(predicate):
+            raise ConfigurationError("FlightRecorder(predicate=...) must be callable")
+        if cooldown is not None and (type(cooldown) is not int or cooldown < 0):
+            raise ConfigurationError(f"FlightRecorder(cooldown={cooldown!r}): an integer >= 0")
+        if not (isinstance(spike_mads, (int, float)) and spike_mads > 0
+                and isinstance(spike_floor, (int, float)) and spike_floor >= 0):
+            raise ConfigurationError("FlightRecorder: spike_mads must be > 0, spike_floor >= 0")
+        if type(max_full_bytes) is not int or max_full_bytes < 0:
+            raise ConfigurationError("FlightRecorder(max_full_bytes=...): an integer >= 0")
+        self.window, self.full_steps, self.after = window, full_steps, after
+        self.triggers, self.predicate, self.on_trigger = frozenset(triggers), predicate, on_trigger
+        self.cooldown = window if cooldown is None else cooldown
+        self.warmup, self.spike_mads, self.spike_floor = warmup, float(spike_mads), float(spike_floor)
+        self.max_full_bytes, self.updates = max_full_bytes, bool(updates)
+        #: Every trigger written so far (the records of the window files).
+        self.fired: list[dict] = []
+        #: Triggers seen inside a cooldown, not written.
+        self.suppressed = 0
+        self._broken = False
+        self._trial_path: Path | None = None
+        self._rank = 0
+        # the catalog: one entry per (name, role) ever seen
+        self._keys: dict[tuple[str, str], int] = {}
+        self._names: list[str] = []
+        self._nodes: list[str] = []
+        self._roles: list[str] = []
+        self._kinds: list[str] = []
+        self._numel: list[int] = []
+        self._codes: list[int] = []
+        self._codes_np = np.zeros(0, np.int8)
+        # the ring and the step being observed
+        self._ring: deque[_StepRecord] = deque(maxlen=window)
+        self._full_ring: deque[tuple[int, list]] = deque(maxlen=max(full_steps, 1))
+        self._history = {k: deque(maxlen=window) for k in ("loss", "grad_norm", "update_ratio")}
+        self._step: int | None = None
+        self._rows_idx: list[int] = []
+        self._rows: list = []  # per row: a list of 6 floats (host) or a tensor (device)
+        self._full: list = []
+        self._full_bytes = 0
+        self._before: list[torch.Tensor | None] = []
+        self._params_seen_grad = False
+        self._sample_ids: list | None = None
+        self._pending: tuple | None = None  # a device step waiting for its host copy
+        self._after_left = 0
+        self._cooldown_until: int | None = None
+        self._seq = 0
+        self._non_finite_latched = False
+        self._warned: set[str] = set()
+
+    # ----- wiring ------------------------------------------------------------------------
+
+    def attach(self, trial_path: str | Path, rank: int = 0) -> None:
+        """Called by the recorder that owns this flight recorder (one recorder each)."""
+        if self._trial_path is not None:
+            raise ConfigurationError(
+                "this FlightRecorder is attached to a recorder already; make one per recorder")
+        self._trial_path, self._rank = Path(trial_path), int(rank)
+
+    @property
+    def armed(self) -> bool:
+        return self._trial_path is not None and not self._broken
+
+    def take_forced_recording(self) -> bool:
+        """Whether the next step must be recorded in full (``after`` steps after a
+        trigger); counts the step when it says yes."""
+        if self._after_left > 0 and not self._broken:
+            self._after_left -= 1
+            return True
+        return False
+
+    # ----- one step ----------------------------------------------------------------------
+
+    @_guarded
+    def begin(self, step: int, params: list) -> None:
+        """Start of a training step: the parameters' values (statistics, and the copy the
+        update is computed from)."""
+        self._step = int(step)
+        self._rows_idx, self._rows, self._full = [], [], []
+        self._full_bytes = 0
+        self._params_seen_grad = False
+        self._sample_ids = None
+        before = []
+        for p in params:
+            t = p.tensor.detach()
+            key = self._key(p.full_name, p.full_name, ff.VALUE, "parameter", _PARAM_VALUE, t)
+            self._observe(key, t)
+            copy = t.clone() if (self.updates or self.full_steps) else None
+            before.append(copy)
+            if copy is not None:
+                self._keep(p.full_name, ff.VALUE, copy, copied=True)
+        self._before = before
+
+    @_guarded
+    def observe_tensor(self, name: str, tensor: torch.Tensor, node: str | None, kind: str) -> None:
+        """A registered tensor's value; its gradient is observed by a hook when backward
+        reaches it (the hook returns None: the gradient is not changed)."""
+        if self._step is None or not isinstance(tensor, torch.Tensor):
+            return
+        t = tensor.detach()
+        code = _LOSS_VALUE if kind == "loss" else _OTHER
+        self._observe(self._key(name, node or name, ff.VALUE, kind, code, t), t)
+        self._keep(name, ff.VALUE, t, copied=False)
+        if tensor.requires_grad and not isinstance(tensor, torch.nn.Parameter) and kind != "parameter":
+            tensor.register_hook(functools.partial(self._gradient_hook, name, node or name, kind))
+
+    def _gradient_hook(self, name: str, node: str, kind: str, grad: torch.Tensor) -> None:
+        if self._broken or self._step is None:
+            return
+        try:
+            g = grad.detach()
+            self._observe(self._key(name, node, ff.GRADIENT, kind, _OTHER, g), g)
+            self._keep(name, ff.GRADIENT, g, copied=False)
+        except Exception as e:  # noqa: BLE001 - inside backward: never raise
+            self._broken = True
+            log.warning("comgra_like: the flight recorder failed in a gradient hook (%s: %s) "
+                        "and is switched off; training goes on", type(e).__name__, e)
+        return
+
+    @_guarded
+    def observe_parameter_gradients(self, params: list) -> None:
+        if self._step is None or self._params_seen_grad:
+            return
+        self._params_seen_grad = True
+        for p in params:
+            g = p.tensor.grad
+            if g is None:
+                continue
+            g = g.detach()
+            self._observe(self._key(p.full_name, p.full_name, ff.GRADIENT, "parameter",
+                                    _PARAM_GRAD, g), g)
+            self._keep(p.full_name, ff.GRADIENT, g, copied=False)
+
+    @_guarded
+    def observe_kpi(self, group: str, name: str, value) -> None:
+        if self._step is None:
+            return
+        full = f"{group}/{name}"
+        code = _LOSS_KPI if "loss" in full.lower() else _OTHER
+        if isinstance(value, torch.Tensor):
+            v = value.detach().reshape(-1)[:1]
+            self._observe(self._key(full, full, ff.KPI, "kpi", code, v), v)
+        else:
+            v = float(value)
+            key = self._key(full, full, ff.KPI, "kpi", code, None)
+            self._rows_idx.append(key)
+            self._rows.append([v, 0.0, abs(v), abs(v), float(math.isnan(v)),
+                               float(math.isinf(v))])
+
+    @_guarded
+    def register_sample_ids(self, ids) -> None:
+        if self._step is None:
+            return
+        if isinstance(ids, torch.Tensor):
+            ids = ids.detach().reshape(-1).tolist()
+        self._sample_ids = [i if isinstance(i, (int, str)) else str(i) for i in ids]
+
+    @_guarded
+    def end(self, params: list) -> None:
+        """End of a training step (after the optimizer step): the updates, then the
+        step's statistics go into the ring and the triggers are judged."""
+        if self._step is None:
+            return
+        self.observe_parameter_gradients(params)
+        if self.updates:
+            for p, before in zip(params, self._before):
+                if before is None or before.shape != p.tensor.shape:
+                    continue
+                d = p.tensor.detach() - before
+                self._observe(self._key(p.full_name, p.full_name, ff.UPDATE, "parameter",
+                                        _PARAM_UPDATE, d), d)
+                self._keep(p.full_name, ff.UPDATE, d, copied=True)
+        self._before = []
+        step, idx, rows = self._step, np.asarray(self._rows_idx, np.int64), self._rows
+        sample_ids, full = self._sample_ids, self._full
+        self._step, self._rows_idx, self._rows, self._full = None, [], [], []
+        if self.full_steps:
+            self._full_ring.append((step, full))
+        if rows and isinstance(rows[0], torch.Tensor) and rows[0].device.type != "cpu":
+            # the GPU path: one stacked copy to pinned memory, judged a step later
+            stacked = torch.stack([r if isinstance(r, torch.Tensor) else
+                                   torch.tensor(r, dtype=torch.float64, device=rows[0].device)
+                                   for r in rows]).to(torch.float64)
+            host = torch.empty(stacked.shape, dtype=torch.float64, pin_memory=True)
+            host.copy_(stacked, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            previous, self._pending = self._pending, (step, idx, host, event, sample_ids)
+            if previous is not None:
+                self._settle(previous)
+            return
+        values = np.asarray(rows, np.float64).reshape(len(rows), len(ff.STATISTICS))
+        self._judge(_StepRecord(step, idx, values, sample_ids, {}))
+
+    @_guarded
+    def settle(self) -> None:
+        """Judge a step still waiting for its copy from the GPU (at flush and finalize)."""
+        previous, self._pending = self._pending, None
+        if previous is not None:
+            self._settle(previous)
+
+    def _settle(self, pending: tuple) -> None:
+        step, idx, host, event, sample_ids = pending
+        event.synchronize()
+        self._judge(_StepRecord(step, idx, host.numpy().copy(), sample_ids, {}))
+
+    # ----- statistics --------------------------------------------------------------------
+
+    def _key(self, name: str, node: str, role: str, kind: str, code: int,
+             tensor: torch.Tensor | None) -> int:
+        key = self._keys.get((name, role))
+        if key is None:
+            key = self._keys[(name, role)] = len(self._names)
+            self._names.append(name)
+            self._nodes.append(node)
+            self._roles.append(role)
+            self._kinds.append(kind)
+            self._codes.append(code)
+            self._numel.append(1 if tensor is None else int(tensor.numel()))
+            self._codes_np = np.asarray(self._codes, np.int8)
+        return key
+
+    def _observe(self, key: int, t: torch.Tensor) -> None:
+        n = t.numel()
+        if n == 0:
+            return
+        if not (t.is_floating_point() or t.is_complex()):
+            t = t.float()
+        elif t.is_complex():
+            t = t.abs()
+        self._rows_idx.append(key)
+        if t.device.type == "cpu":
+            if t.dtype in (torch.float16, torch.bfloat16):
+                t = t.float()
+            var, mean, mn, mx = torch.stack(
+                (*torch.var_mean(t, correction=0), *torch.aminmax(t))).tolist()
+            row = [mean, math.sqrt(var) if var >= 0 else var, max(-mn, mx),
+                   math.sqrt(n * (var + mean * mean)) if var >= 0 else var, 0.0, 0.0]
+            if not all(map(math.isfinite, row)):
+                row[4] = float(torch.isnan(t).sum())
+                row[5] = float(torch.isinf(t).sum())
+            self._rows.append(row)
+            return
+        var, mean = torch.var_mean(t, correction=0)
+        mn, mx = torch.aminmax(t)
+        v32 = torch.stack((mean.float(), var.float()))
+        self._rows.append(torch.stack((
+            v32[0], v32[1].sqrt(), torch.maximum(-mn, mx).float(),
+            (n * (v32[1] + v32[0] * v32[0])).sqrt(),
+            torch.isnan(t).sum().float(), torch.isinf(t).sum().float())))
+
+    def _keep(self, name: str, role: str, t: torch.Tensor, copied: bool) -> None:
+        """Keep a full value for the full_steps ring, within the per-step share of
+        max_full_bytes (the ring holds full_steps steps and the open one)."""
+        if not self.full_steps:
+            return
+        nbytes = t.numel() * t.element_size()
+        if self._full_bytes + nbytes > self.max_full_bytes // (self.full_steps + 1):
+            self._warn("full", "comgra_like: the flight recorder keeps full values of at most "
+                       f"{self.max_full_bytes // (self.full_steps + 1)} bytes per step "
+                       "(max_full_bytes / (full_steps + 1)); the rest of a step is kept as "
+                       "statistics only (this warning is shown once)")
+            return
+        self._full_bytes += nbytes
+        self._full.append((name, role, t if copied else t.clone()))
+
+    def _warn(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(message)
+
+    # ----- triggers ----------------------------------------------------------------------
+
+    def _judge(self, rec: _StepRecord) -> None:
+        v = rec.values
+        codes = self._codes_np[rec.idx] if len(rec.idx) else np.zeros(0, np.int8)
+        l2sq = np.square(v[:, 3]) if len(v) else np.zeros(0)
+        scalars = rec.scalars
+        scalars["grad_norm"] = (float(math.sqrt(l2sq[codes == _PARAM_GRAD].sum()))
+                                if (codes == _PARAM_GRAD).any() else None)
+        pv, pu = l2sq[codes == _PARAM_VALUE].sum(), l2sq[codes == _PARAM_UPDATE].sum()
+        scalars["update_ratio"] = (float(math.sqrt(pu / pv)) if (codes == _PARAM_UPDATE).any()
+                                   and pv > 0 else None)
+        loss = np.flatnonzero(codes == _LOSS_VALUE)
+        if not len(loss):
+            loss = np.flatnonzero(codes == _LOSS_KPI)
+        scalars["loss"] = float(v[loss[0], 0]) if len(loss) else None
+        self._ring.append(rec)
+        fired = []
+        if ff.NON_FINITE in self.triggers and len(v):
+            bad = (v[:, 4] > 0) | (v[:, 5] > 0) | ~np.isfinite(v[:, :4]).all(axis=1)
+            if not bad.any():
+                self._non_finite_latched = False
+            elif not self._non_finite_latched:  # one trigger per non-finite stretch
+                self._non_finite_latched = True
+                row = int(np.flatnonzero(bad)[0])
+                key = int(rec.idx[row])
+                fired.append({"kind": ff.NON_FINITE, "tensor": self._names[key],
+                              "node": self._nodes[key], "role": self._roles[key],
+                              "value": float(v[row, 4] + v[row, 5]) or float(v[row, 0]),
+                              "rows_non_finite": int(bad.sum())})
+        for kind, scalar in ((ff.LOSS_SPIKE, "loss"), (ff.GRAD_NORM_SPIKE, "grad_norm"),
+                             (ff.UPDATE_SPIKE, "update_ratio")):
+            value, history = scalars[scalar], self._history[scalar]
+            if value is None or not math.isfinite(value):
+                continue
+            if kind in self.triggers and len(history) >= self.warmup:
+                h = np.asarray(history)
+                med = float(np.median(h))
+                scale = max(_MAD_TO_SIGMA * float(np.median(np.abs(h - med))),
+                            self.spike_floor * abs(med), 1e-12)
+                threshold = med + self.spike_mads * scale
+                if value > threshold:
+                    fired.append({"kind": kind, "value": value, "median": med,
+                                  "threshold": threshold, **self._mover(scalar)})
+            history.append(value)
+        if self.predicate is not None:
+            said = self.predicate(self._view(rec))
+            if said:
+                fired.append({"kind": ff.PREDICATE, "value": said if isinstance(
+                    said, (int, float)) and not isinstance(said, bool) else 1.0,
+                    "said": str(said) if isinstance(said, str) else None})
+        if fired:
+            self._fire(rec.step, fired)
+
+    def _mover(self, scalar: str) -> dict:
+        """For a spike: the tensor whose statistic grew most against its window median."""
+        code = {"loss": _LOSS_VALUE, "grad_norm": _PARAM_GRAD, "update_ratio": _PARAM_UPDATE}[scalar]
+        last = self._ring[-1]
+        best, best_ratio = None, 0.0
+        for row, key in enumerate(last.idx):
+            if self._codes[key] != code:
+                continue
+            past = [r.values[r.idx == key, 3] for r in list(self._ring)[:-1]]
+            past = np.concatenate(past) if past else np.zeros(0)
+            med = float(np.median(past)) if len(past) else 0.0
+            ratio = float(last.values[row, 3]) / med if med > 0 else math.inf
+            if best is None or ratio > best_ratio:
+                best, best_ratio = int(key), ratio
+        if best is None:
+            return {"tensor": None}
+        return {"tensor": self._names[best], "node": self._nodes[best],
+                "role": self._roles[best], "growth": best_ratio}
+
+    def _view(self, rec: _StepRecord) -> FlightStep:
+        stats = {}
+        for row, key in enumerate(rec.idx):
+            stats[(self._names[key], self._roles[key])] = dict(zip(ff.STATISTICS,
+                                                                   rec.values[row].tolist()))
+        return FlightStep(rec.step, rec.scalars["loss"], rec.scalars["grad_norm"],
+                          rec.scalars["update_ratio"], stats)
+
+    def _fire(self, step: int, fired: list[dict]) -> None:
+        if self._cooldown_until is not None and step < self._cooldown_until:
+            self.suppressed += 1
+            return
+        self._cooldown_until = step + self.cooldown + 1
+        first = self._ring[0].step
+        trigger = {**fired[0], "step": step, "window": [first, step],
+                   "steps_in_window": len(self._ring), "triggers": fired,
+                   "after": self.after, "time": time.time(),
+                   "sample_ids": {str(r.step): r.sample_ids for r in self._ring
+                                  if r.sample_ids is not None}}
+        name = None
+        try:
+            name = self._write(trigger)
+            trigger["name"] = name
+        except Exception as e:  # noqa: BLE001 - a failed write must not stop training
+            log.warning("comgra_like: the flight recorder could not write the window of "
+                        "step %s (%s: %s)", step, type(e).__name__, e)
+        self.fired.append(trigger)
+        self._after_left = self.after
+        log.warning("comgra_like: flight recorder trigger %s at step %s (tensor %s, value %s); "
+                    "window of steps %s-%s %s", fired[0]["kind"], step,
+                    fired[0].get("tensor"), fired[0].get("value"), first, step,
+                    f"written as flight/{name}" if name else "NOT written")
+        if self.on_trigger == "raise":
+            raise FlightTriggerError(
+                f"flight recorder: {fired[0]['kind']} at training step {step}"
+                + (f" in {fired[0]['tensor']!r}" if fired[0].get("tensor") else "")
+                + f" (value {fired[0].get('value')}); "
+                + (f"the window of steps {first}-{step} is stored in the trial's flight/"
+                   f"{name} (Group.read_flight)" if name else "the window could NOT be written")
+                + ". FlightRecorder(on_trigger='raise') stops training here; "
+                "on_trigger='record' records and goes on")
+
+    def _write(self, trigger: dict) -> str:
+        cols: dict[str, list] = {f: [] for f in ff.STATS_SCHEMA.names}
+        for rec in self._ring:
+            n = len(rec.idx)
+            cols["training_step"].extend([rec.step] * n)
+            cols["order"].extend(range(n))
+            for key in rec.idx.tolist():
+                cols["name"].append(self._names[key])
+                cols["node"].append(self._nodes[key])
+                cols["role"].append(self._roles[key])
+                cols["kind"].append(self._kinds[key])
+                cols["numel"].append(self._numel[key])
+            for i, stat in enumerate(ff.STATISTICS):
+                cols[stat].extend(rec.values[:, i].tolist())
+        full = [(step, name, role, t.detach().float().cpu().numpy())
+                for step, kept in (self._full_ring if self.full_steps else ())
+                for name, role, t in kept]
+        seq = self._seq
+        self._seq += 1
+        return ff.write_window(self._trial_path, seq, self._rank, trigger, cols, full)
