@@ -7,7 +7,18 @@ page, write its module and list its ``PAGE`` here, in the order of the top bar.
 
 from __future__ import annotations
 
-from . import findings, flow, graphs, metrics, modules, network, notes, tensors, visualization
+from . import (
+    compare,
+    findings,
+    flow,
+    graphs,
+    metrics,
+    modules,
+    network,
+    notes,
+    tensors,
+    visualization,
+)
 from .page import Page
 
 PAGES: tuple[Page, ...] = (
@@ -16,6 +27,7 @@ PAGES: tuple[Page, ...] = (
     notes.PAGE,
     graphs.PAGE,
     findings.PAGE,
+    compare.PAGE,
     modules.PAGE,
     metrics.PAGE,
     flow.PAGE,

@@ -1,0 +1,251 @@
+"""Compare page: the trials of a group side by side (issue 31).
+
+The trials table (``Group.read_trials``: status, steps, config, the last KPI values,
+optionally the findings by severity) with native sort, filter and paging plus a search
+over every column; the trials ticked in it are compared: one quantity (a KPI, a
+statistic of a tensor, a per-module metric) over the training steps, one line per trial
+or, grouped by a config key, each group's mean with a band (std or min–max), smoothed by
+an exponential moving average; for the first two ticked trials the first divergence
+(``analysis.first_divergence``) with links that open the Tensors page at the named
+tensor of either trial, and a link to the Modules page with the second trial beside the
+first (``/modules?compare=<trial>``; the Tensors page shows one trial at a time).
+
+Reads go through ``app/compare_data.py``; figures and table rows are built by
+``app/compare_figures.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
+
+import dash
+from dash import Input, Output, State, dash_table, dcc, html, no_update
+
+from .. import compare_data as data_of
+from .. import compare_figures as cf
+from .. import ids
+from .. import selection as sel
+from ..parts import AppParts
+from . import modules
+from .page import Page
+from .tensors import PATH as TENSORS_PATH
+
+PATH = "/compare"
+NAME = "Compare"
+
+# ids of this page
+TABLE = "compare-table"
+SEARCH = "compare-search"
+FINDINGS = "compare-findings"
+SUMMARY = "compare-summary"
+KIND = "compare-kind"
+QUANTITY = "compare-quantity"
+STATISTIC = "compare-statistic"
+SMOOTHING = "compare-smoothing"
+GROUP_BY = "compare-group-by"
+BAND = "compare-band"
+OVERLAY = "compare-overlay"
+DIVERGENCE = "compare-divergence"
+PLACES = "compare-places"  # dcc.Store: where the divergence is, in trial A and B
+OPEN_A, OPEN_B = "compare-open-a", "compare-open-b"
+OPEN_MODULES = "compare-open-modules"
+LINK_NOTE = "compare-link-note"
+NO_GROUPING = "__none__"  # names starting with "__" are reserved: never a config key
+#: The query parameter of the Modules page's second trial.
+COMPARE_PARAMETER = "compare"
+
+
+def _label(text: str, first: bool = False) -> html.Span:
+    return html.Span(text, className=f"sel-label {'' if first else 'ms-3 '}me-2")
+
+
+def layout() -> html.Div:
+    session = {"persistence": True, "persistence_type": "session"}
+    controls = html.Div([
+        _label("Show", True),
+        dcc.RadioItems(id=KIND, options=[{"label": " KPI", "value": data_of.KPI},
+                                         {"label": " tensor statistic", "value": data_of.TENSOR},
+                                         {"label": " module metric", "value": data_of.METRIC}],
+                       value=data_of.KPI, inline=True, inputClassName="me-1",
+                       labelClassName="me-2", **session),
+        dcc.Dropdown(id=QUANTITY, options=[], value=None, clearable=False,
+                     placeholder="tick trials in the table", className="sel-dropdown",
+                     style={"minWidth": "22rem"}),
+        dcc.Dropdown(id=STATISTIC, options=list(sel.SERIES_STATISTICS), value="mean",
+                     clearable=False, className="sel-dropdown ms-2",
+                     style={"minWidth": "7rem"}, **session),
+        _label("smoothing"),
+        html.Div(dcc.Slider(id=SMOOTHING, min=0, max=0.99, step=0.01, value=0,
+                            marks={0: "0", 0.6: "0.6", 0.9: "0.9", 0.99: ".99"},
+                            tooltip={"placement": "bottom"}, **session),
+                 style={"width": "12rem"}),
+        _label("group by"),
+        dcc.Dropdown(id=GROUP_BY, options=[{"label": "no grouping", "value": NO_GROUPING}],
+                     value=NO_GROUPING, clearable=False, className="sel-dropdown",
+                     style={"minWidth": "11rem"}, **session),
+        dcc.RadioItems(id=BAND, options=[{"label": " std", "value": cf.BAND_STD},
+                                         {"label": " min–max", "value": cf.BAND_MINMAX},
+                                         {"label": " none", "value": cf.BAND_NONE}],
+                       value=cf.BAND_STD, inline=True, className="ms-2",
+                       inputClassName="me-1", labelClassName="me-2", **session),
+    ], className="d-flex align-items-center flex-wrap mb-1 compare-controls")
+    links = html.Div([
+        html.Button("Modules page: first trial next to the second", id=OPEN_MODULES,
+                    n_clicks=0, disabled=True, className="btn btn-sm btn-outline-primary me-2"),
+        html.Span(id=LINK_NOTE, className="text-muted small"),
+    ], className="d-flex align-items-center mb-1")
+    divergence = html.Div([
+        html.Div(id=DIVERGENCE, className="small compare-divergence mb-1"),
+        html.Button("open in Tensors: first trial", id=OPEN_A, n_clicks=0, disabled=True,
+                    className="btn btn-sm btn-outline-secondary me-2"),
+        html.Button("open in Tensors: second trial", id=OPEN_B, n_clicks=0, disabled=True,
+                    className="btn btn-sm btn-outline-secondary"),
+    ], className="border rounded p-2 mb-2")
+    return html.Div([
+        html.Div([
+            _label("Search", True),
+            dcc.Input(id=SEARCH, type="search", debounce=True, placeholder="words; -word: not",
+                      className="form-control form-control-sm", style={"width": "16rem"},
+                      **session),
+            dcc.Checklist(id=FINDINGS, options=[{"label": " count findings", "value": "on"}],
+                          value=[], className="ms-3", inputClassName="me-1", **session),
+            html.Span(id=SUMMARY, className="text-muted small ms-3"),
+        ], className="d-flex align-items-center mb-1"),
+        dash_table.DataTable(
+            id=TABLE, columns=[{"name": "trial id", "id": "trial_id"}], data=[],
+            row_selectable="multi", selected_row_ids=[], sort_action="native",
+            sort_mode="multi", filter_action="native", page_action="native", page_size=15,
+            style_table={"overflowX": "auto"}, style_cell={"fontSize": "12px",
+                                                           "padding": "2px 6px",
+                                                           "maxWidth": "14rem"},
+            style_header={"fontWeight": "600"}, persisted_props=["selected_row_ids"],
+            persistence=True, persistence_type="session"),
+        html.Div(className="mb-2"),
+        controls,
+        dcc.Loading(dcc.Graph(id=OVERLAY, figure=cf.empty_figure("Tick trials in the table."),
+                              config={"displaylogo": False}), delay_show=400),
+        links,
+        dcc.Loading(divergence, delay_show=400),
+        dcc.Store(id=PLACES, storage_type="memory"),
+    ], className="page-padded")
+
+
+def modules_search(trial_b: str) -> str:
+    """The Modules page's URL query that puts ``trial_b`` beside the selected trial."""
+    return "?" + urlencode({COMPARE_PARAMETER: trial_b}, quote_via=quote)
+
+
+def compare_trial(search: str | None) -> str | None:
+    """The second trial a Modules page URL asks for (``?compare=<trial>``), or None."""
+    values = parse_qs((search or "").lstrip("?")).get(COMPARE_PARAMETER)
+    return values[0] if values else None
+
+
+def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
+    data = parts.data
+
+    @app.callback(
+        Output(TABLE, "data"), Output(TABLE, "columns"), Output(SUMMARY, "children"),
+        Output(GROUP_BY, "options"),
+        Input(ids.DATA_STATUS, "data"), Input(SEARCH, "value"), Input(FINDINGS, "value"),
+        State(TABLE, "columns"))
+    def show_table(_status: Any, search: str | None, findings: list | None,
+                   shown_columns: list | None) -> tuple:
+        frame = data_of.trials_frame(data, with_findings=bool(findings))
+        rows = cf.table_rows(frame, search)
+        columns = cf.table_columns(frame)
+        keys = data_of.config_keys(frame)
+        options = [{"label": "no grouping", "value": NO_GROUPING}] + [
+            {"label": k, "value": k} for k in keys]
+        summary = (f"{len(rows)} of {len(frame)} trials" if search else
+                   f"{len(frame)} trials") + " · tick trials to compare them"
+        return rows, columns if columns != shown_columns else no_update, summary, options
+
+    @app.callback(
+        Output(QUANTITY, "options"), Output(QUANTITY, "value"), Output(STATISTIC, "disabled"),
+        Input(TABLE, "selected_row_ids"), Input(KIND, "value"), Input(ids.DATA_STATUS, "data"),
+        State(QUANTITY, "value"))
+    def quantities(trials: list | None, kind: str, _status: Any, value: str | None) -> tuple:
+        options = data_of.quantity_options(data, trials or [], kind)
+        values = [o["value"] for o in options]
+        chosen = value if value in values else (values[0] if values else None)
+        return options, chosen, kind != data_of.TENSOR
+
+    @app.callback(
+        Output(OVERLAY, "figure"),
+        Input(TABLE, "selected_row_ids"), Input(QUANTITY, "value"), Input(STATISTIC, "value"),
+        Input(SMOOTHING, "value"), Input(GROUP_BY, "value"), Input(BAND, "value"),
+        Input(ids.DATA_STATUS, "data"))
+    def overlay(trials: list | None, value: str | None, statistic: str | None,
+                weight: float | None, group_by: str | None, band: str | None,
+                _status: Any) -> Any:
+        trials = [t for t in trials or [] if t in set(data.trial_ids())]
+        quantity = data_of.decode(value)
+        if not trials:
+            return cf.empty_figure("Tick trials in the table.")
+        if quantity is None:
+            return cf.empty_figure("Nothing of this kind in the ticked trials.")
+        statistic = statistic or "mean"
+        series = {t: data_of.series(data, t, quantity, statistic) for t in trials}
+        groups = None
+        if group_by and group_by != NO_GROUPING:
+            frame = data_of.trials_frame(data)
+            groups = cf.group_trials(trials, data_of.config_values(frame, group_by))
+        return cf.overlay_figure(series, data_of.quantity_label(quantity, statistic),
+                                 weight=float(weight or 0), groups=groups,
+                                 band=band or cf.BAND_STD,
+                                 group_key=None if groups is None else group_by)
+
+    @app.callback(
+        Output(DIVERGENCE, "children"), Output(PLACES, "data"), Output(OPEN_A, "disabled"),
+        Output(OPEN_B, "disabled"), Output(OPEN_MODULES, "disabled"), Output(LINK_NOTE, "children"),
+        Input(TABLE, "selected_row_ids"), Input(ids.DATA_STATUS, "data"))
+    def first_divergence(trials: list | None, _status: Any) -> tuple:
+        trials = [t for t in trials or [] if t in set(data.trial_ids())]
+        if len(trials) < 2:
+            text = "Tick two trials to see where they first differ."
+            return text, None, True, True, True, ""
+        a, b = trials[:2]
+        found = data_of.divergence(data, a, b)
+        places = [found.get("where_a"), found.get("where_b")]
+        note = (f"first trial {a!r}, second {b!r}; the Tensors page shows one trial at "
+                "a time")
+        header = html.B(f"First divergence of {a} and {b}: ")
+        return ([header, html.Span(found["text"], className="divergence-text")], places,
+                places[0] is None, places[1] is None, False, note)
+
+    @app.callback(
+        Output(ids.SELECTION, "data", allow_duplicate=True),
+        Output(ids.URL, "pathname", allow_duplicate=True),
+        Output(ids.URL, "search", allow_duplicate=True),
+        Input(OPEN_A, "n_clicks"), Input(OPEN_B, "n_clicks"), Input(OPEN_MODULES, "n_clicks"),
+        State(PLACES, "data"), State(TABLE, "selected_row_ids"), State(ids.SELECTION, "data"),
+        prevent_initial_call=True)
+    def open_page(_a: int, _b: int, _m: int, places: list | None, trials: list | None,
+                  selection: dict | None) -> tuple:
+        trigger = dash.callback_context.triggered_id
+        if trigger == OPEN_MODULES:
+            trials = [t for t in trials or [] if t in set(data.trial_ids())]
+            if len(trials) < 2:
+                return no_update, no_update, no_update
+            new = sel.open_where(selection, {"trial": trials[0]}, data.option_source())
+            return new, modules.PATH, modules_search(trials[1])
+        place = (places or [None, None])[0 if trigger == OPEN_A else 1]
+        if not place:
+            return no_update, no_update, no_update
+        return sel.open_where(selection, place, data.option_source()), TENSORS_PATH, ""
+
+    @app.callback(
+        Output(modules.COMPARE, "value", allow_duplicate=True),
+        Input(ids.URL, "search"), State(modules.COMPARE, "value"),
+        prevent_initial_call="initial_duplicate")
+    def second_trial_from_url(search: str | None, value: str | None) -> Any:
+        # the Modules page's "next to trial" from /modules?compare=<trial>
+        wanted = compare_trial(search)
+        if wanted is None or wanted == value or wanted not in data.trial_ids():
+            return no_update
+        return wanted
+
+
+PAGE = Page(PATH, NAME, layout, register_callbacks)

@@ -1,0 +1,102 @@
+"""The Compare page in Chromium (issue 31): the trials table with config columns, ticked
+trials drawn as one line each, grouped by lr as one mean and band per group, the first
+divergence of two trials with a link that opens the Tensors page at the named tensor,
+and a link that opens the Modules page with the second trial beside the first.
+
+Data: four tiny loops recorded with the real recorder and ``config=`` (two lr values
+and two seeds, tests/app/test_compare_data.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from comgra_like.app import ids
+from comgra_like.app.pages import compare, modules
+
+from tests.browser.helpers import start_app, wait_until
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from tests.app.test_compare_data import TRIALS, train
+
+    root = tmp_path_factory.mktemp("compare_browser")
+    for name, lr, seed, recorded in TRIALS:
+        train(root, name, lr, seed, recorded)
+    return root / "g"
+
+
+def traces(dash_duo) -> list[str]:
+    return dash_duo.driver.execute_script(
+        f"const g = document.querySelector('#{compare.OVERLAY} .js-plotly-plot');"
+        "return g && g.data ? g.data.map((t) => t.name) : [];")
+
+
+def tick(dash_duo, trial: str) -> None:
+    """Tick a trial's box in the table (its row holds the trial id)."""
+    def attempt() -> bool:
+        return dash_duo.driver.execute_script(
+            f"for (const r of document.querySelectorAll('#{compare.TABLE} tr')) {{"
+            "  const cell = r.querySelector('td[data-dash-column=\"trial_id\"]');"
+            "  if (cell && cell.textContent.trim() === arguments[0]) {"
+            "    r.querySelector('input[type=checkbox]').click(); return true; } }"
+            "return false;", trial)
+
+    wait_until(attempt, what=f"the row of {trial}")
+
+
+def selection(dash_duo) -> dict:
+    raw = dash_duo.driver.execute_script(
+        f"return window.sessionStorage.getItem('{ids.SELECTION}');")
+    return json.loads(raw) if raw else {}
+
+
+def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
+    start_app(dash_duo, sweep)
+    dash_duo.find_element("#nav-compare").click()
+    dash_duo.wait_for_text_to_equal(f"#{compare.SUMMARY}",
+                                    "4 trials · tick trials to compare them", timeout=20)
+    headers = [h.text for h in dash_duo.find_elements(f"#{compare.TABLE} th")]
+    assert any("cfg optim.lr" in h for h in headers)
+    assert any("cfg seed" in h for h in headers)
+
+    tick(dash_duo, "lr0.05-s0")
+    tick(dash_duo, "lr0.2-s0")
+    wait_until(lambda: traces(dash_duo) == ["lr0.05-s0", "lr0.2-s0"],
+               what="one line per ticked trial")
+    text = wait_until(lambda: dash_duo.find_element(f"#{compare.DIVERGENCE}").text
+                      if "first differ" in dash_duo.find_element(f"#{compare.DIVERGENCE}").text
+                      else None, timeout=30, what="the first divergence")
+    assert "lr0.05-s0" in text and "first differ at step 0" in text
+
+    # grouped by lr: a mean and a band per group
+    tick(dash_duo, "lr0.05-s1")
+    tick(dash_duo, "lr0.2-s1")
+    wait_until(lambda: len(traces(dash_duo)) == 4, what="four lines")
+    dash_duo.select_dcc_dropdown(f"#{compare.GROUP_BY}", value="optim.lr")
+    wait_until(lambda: traces(dash_duo) == ["optim.lr=0.05 (2) band", "optim.lr=0.05 (2)",
+                                            "optim.lr=0.2 (2) band", "optim.lr=0.2 (2)"],
+               what="two groups with bands")
+
+    # the divergence opens the Tensors page at the named tensor of the first trial
+    dash_duo.find_element(f"#{compare.OPEN_A}").click()
+    wait_until(lambda: dash_duo.driver.current_url.rstrip("/").endswith(
+        dash_duo.server_url.rstrip("/")), what="the Tensors page")
+    current = wait_until(lambda: selection(dash_duo).get("current"), what="a selection")
+    assert current["trial"] == "lr0.05-s0"
+    assert current["training_step"] == 0 and current["recording_type"] == "update"
+
+    # the Modules page with the second trial beside the first
+    dash_duo.find_element("#nav-compare").click()
+    button = dash_duo.wait_for_element(f"#{compare.OPEN_MODULES}:not([disabled])", timeout=20)
+    button.click()
+    wait_until(lambda: "/modules?compare=lr0.2-s0" in dash_duo.driver.current_url,
+               what="the Modules page's URL")
+    dash_duo.wait_for_contains_text(f"#{modules.COMPARE}", "lr0.2-s0", timeout=20)
+    assert selection(dash_duo)["current"]["trial"] == "lr0.05-s0"
+    assert not [entry for entry in dash_duo.get_logs() or [] if entry["level"] == "SEVERE"]
