@@ -12,6 +12,8 @@ shared by all detectors through :class:`TrialData`):
 - ``losses``        loss spikes against the trend; outlier samples within a batch
 - ``correlations``  which tensor statistics the per-sample loss rises or falls with
 - ``outputs``       outputs that cannot reach one end of their targets' range
+- ``flight``        the flight recorder's triggers with their origin (the first
+                    non-finite tensor; the tensors that moved first before a spike)
 
 ``comgra findings --path GROUP`` (``cli.py``) prints them. ``first_divergence``
 (``divergence.py``, ``comgra diff``) compares two trials or two ranks instead. Needs numpy and pandas
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..query import Group, open_group
-from . import correlations, gradients, losses, nonfinite, outputs, units
+from . import correlations, flight, gradients, losses, nonfinite, outputs, units
 from .core import (
     ERROR,
     INFO,
@@ -47,6 +49,7 @@ DETECTORS: dict[str, Detector] = {
     "losses": losses.detect,
     "correlations": correlations.detect,
     "outputs": outputs.detect,
+    "flight": flight.detect,
 }
 
 
