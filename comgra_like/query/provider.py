@@ -34,6 +34,8 @@ from .index import GroupIndex, TensorFile, TrialIndex, graph_key, to_pandas
 from .metrics import MetricsIndex, list_metrics, read_metrics
 from .tensors import (
     KEY_COLUMNS,
+    LARGE_STEP_BYTES,
+    NO_VALUES,
     ROW_KEY,
     STATISTICS_KEY_COLUMNS,
     TENSORS_SCHEMA,
@@ -43,6 +45,7 @@ from .tensors import (
     empty_series,
     overlapping,
     read_columns,
+    row_mask,
     served_filter,
     statistic_names,
     statistics_filter,
@@ -74,6 +77,7 @@ DEFAULT_CACHE_BYTES = 256 * 2**20
 # What the group caches; a key is (the group's namespace, one of these, trial id, step or
 # file name), so that groups and the GUI can share one cache without mixing values up.
 _STEP, _LIST, _SERIES, _COLUMN = "step", "list", "series_index", "column"
+_VALUES = "values"
 _FOOTER = "footer"
 _NAMESPACES = itertools.count()
 
@@ -418,19 +422,38 @@ class Group:
             return f, result
         return None
 
-    def _step_table(self, trial_id: str, step: int, rank: int | None = None) -> pa.Table:
+    def _step_files(self, trial_id: str, step: int, rank: int | None) -> list[TensorFile]:
         trial = self._trial(trial_id)
         rank = self._rank(trial, rank)
-        key = self._key(_STEP, trial_id, (int(step), rank))
+        return [f for f in trial.steps_holding(step) if shard_rank(f.name) == rank]
+
+    def _large_step(self, trial_id: str, step: int, rank: int | None) -> bool:
+        """Whether the row groups of a step hold more than LARGE_STEP_BYTES (then its
+        values are read one row at a time)."""
+        total = 0
+        for f in self._step_files(trial_id, step, rank):
+            try:
+                total += self._footer(trial_id, f).step_bytes(int(step))
+            except Exception:  # noqa: BLE001, S112 - the read that follows reports it
+                continue
+        return total > LARGE_STEP_BYTES
+
+    def _step_table(self, trial_id: str, step: int, rank: int | None = None,
+                    columns: list[str] | None = None) -> pa.Table:
+        """The rows of a step of one rank: ``columns`` (None: all, values included)."""
+        trial = self._trial(trial_id)
+        rank = self._rank(trial, rank)
+        key = self._key(_STEP, trial_id, (int(step), rank,
+                                          None if columns is None else tuple(columns)))
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        files = [f for f in trial.steps_holding(step) if shard_rank(f.name) == rank]
+        files = self._step_files(trial_id, step, rank)
         tables: list[pa.Table] = []
         done: set[str] = set()
         for f in files:
-            read = self._read_file(trial, f, lambda f: self._footer(trial_id, f).read_step(step),
-                                   done)
+            read = self._read_file(
+                trial, f, lambda f: self._footer(trial_id, f).read_step(step, columns), done)
             if read is not None and read[1].num_rows:
                 tables.append(read[1])
         if not tables:
@@ -453,12 +476,12 @@ class Group:
     def list_tensors(self, trial_id: str, training_step: int,
                      rank: int | None = None) -> pd.DataFrame:
         """What is recorded at a step (no values): one row per tensor row on disk of one
-        rank (``rank``, or the lowest)."""
+        rank (``rank``, or the lowest). Reads no values."""
         rank = self._rank(self._trial(trial_id), rank)
         key = self._key(_LIST, trial_id, (int(training_step), rank))
         cached = self._cache.get(key)
         if cached is None:
-            table = self._step_table(trial_id, training_step, rank)
+            table = self._step_table(trial_id, training_step, rank, KEY_COLUMNS)
             cached = to_pandas(table.select([c for c in KEY_COLUMNS if c != "shape"]))
             cached["shape"] = [tuple(s) for s in table.column("shape").to_pylist()]
             self._cache.put(key, cached, estimate_bytes(cached) * 4)
@@ -468,17 +491,16 @@ class Group:
                     role: str, recording_type: str, aggregation: str,
                     sample_index: int = -1, rank: int | None = None) -> TensorRecord:
         """One tensor row with its values, as one rank recorded it (``rank``, or the
-        lowest); :meth:`read_merged_tensor` merges the ranks."""
-        table = self._step_table(trial_id, training_step, rank)
-        mask = pc.and_(
-            pc.and_(pc.equal(table["iteration"], int(iteration)),
-                    pc.equal(table["node"].cast(pa.string()), node)),
-            pc.and_(pc.and_(pc.equal(table["role"].cast(pa.string()), role),
-                            pc.equal(table["recording_type"].cast(pa.string()), recording_type)),
-                    pc.and_(pc.equal(table["aggregation"].cast(pa.string()), aggregation),
-                            pc.equal(table["sample_index"], int(sample_index)))),
-        )
-        rows = table.filter(mask)
+        lowest); :meth:`read_merged_tensor` merges the ranks.
+
+        A large step (:data:`~comgra_like.query.tensors.LARGE_STEP_BYTES`) is not read
+        whole: its rows without values, then this row's values alone."""
+        large = self._large_step(trial_id, training_step, rank)
+        table = self._step_table(trial_id, training_step, rank, NO_VALUES if large else None)
+        row_key = {"iteration": int(iteration), "node": node, "role": role,
+                   "recording_type": recording_type, "aggregation": aggregation,
+                   "sample_index": int(sample_index)}
+        rows = table.filter(row_mask(table, row_key))
         if rows.num_rows == 0:
             target = self._alias_target(trial_id, training_step, iteration, node, role)
             if target is not None:  # a re-registered tensor: its data lives under the original
@@ -489,14 +511,15 @@ class Group:
                 f"recorded for node {node!r} role {role!r} ({recording_type}, {aggregation}, "
                 f"sample {sample_index})"
             )
-        row = rows.slice(0, 1).to_pylist()[0]
+        first = rows.slice(0, 1)
+        row = first.select([c for c in first.column_names if c != "values"]).to_pylist()[0]
         shape = tuple(int(s) for s in (row["shape"] or ()))
-        values = row["values"]
-        arr = None
-        if values is not None:
-            arr = np.asarray(values, dtype=np.float32)
-            if shape and int(np.prod(shape)) == arr.size:
-                arr = arr.reshape(shape)
+        if large:
+            arr = self._row_values(trial_id, training_step, rank, row_key)
+        else:
+            arr = _values_array(first.column("values")[0])
+        if arr is not None and shape and int(np.prod(shape)) == arr.size:
+            arr = arr.reshape(shape)
         stats = {name: (float(row[name]) if row[name] is not None else float("nan"))
                  for name in ALL_STATISTICS}
         return TensorRecord(
@@ -505,6 +528,25 @@ class Group:
             recording_type=recording_type, aggregation=aggregation,
             sample_index=int(sample_index), shape=shape, stats=stats, values=arr,
         )
+
+    def _row_values(self, trial_id: str, step: int, rank: int | None,
+                    row_key: dict[str, Any]) -> np.ndarray | None:
+        """The values of one row of a large step, read alone (cached by their size)."""
+        trial = self._trial(trial_id)
+        rank = self._rank(trial, rank)
+        key = self._key(_VALUES, trial_id, (int(step), rank, tuple(row_key.items())))
+
+        def read() -> np.ndarray | None:
+            done: set[str] = set()
+            for f in self._step_files(trial_id, step, rank):
+                got = self._read_file(trial, f, lambda f: self._footer(
+                    trial_id, f).read_values(int(step), row_key), done)
+                if got is not None and got[1] is not None:
+                    return _values_array(got[1])
+            return None
+
+        return self._cache.get_or_compute(
+            key, read, lambda a: 64 if a is None else int(a.nbytes) + 64)
 
     def _alias_target(self, trial_id: str, training_step: int, iteration: int, node: str,
                       role: str) -> tuple | None:
@@ -837,3 +879,11 @@ def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, 
     group.refresh()
     return group
 
+
+def _values_array(scalar: pa.ListScalar) -> np.ndarray | None:
+    """A row's per-neuron values as a float32 array of its own (None: none stored);
+    never through Python floats (a list of 20 million took 1.6 GB)."""
+    values = scalar.values
+    if values is None:
+        return None
+    return np.array(values.to_numpy(zero_copy_only=False), dtype=np.float32, copy=True)

@@ -1,8 +1,10 @@
 """Reads of the tensors table (docs/FORMAT.md, "tensors"): the rows of one step, the
 statistics of one tensor over the steps of a file, and the statistics of many tensors.
 
-Only columns that are asked for are read: the per-neuron ``values`` only for one step's
-rows; every scan over many steps reads the key and statistic columns alone.
+Only columns that are asked for are read: a step's listing reads no ``values``; the
+per-neuron values of a large step are read one row at a time (:meth:`Footer.read_row`),
+those of a small step with its rows; every scan over many steps reads the key and
+statistic columns alone.
 """
 
 from __future__ import annotations
@@ -36,6 +38,39 @@ STATISTICS_KEY_COLUMNS = ["training_step", "type_of_execution", "iteration", "no
 #: The columns that tell a tensor row from every other row of the same trial.
 ROW_KEY = ["training_step", "iteration", "node", "role", "recording_type", "aggregation",
            "sample_index"]
+#: Every column but the per-neuron values (a row's statistics and what it is).
+NO_VALUES = [f.name for f in TENSORS_SCHEMA if f.name != "values"]
+#: A step whose row groups hold more than this (uncompressed, by the footer) is not read
+#: whole: its rows without values, then the values of the one row asked for. A step with
+#: a tensor of 20 million values per sample held ~1.3 GB of values, and read whole it
+#: took the GUI to 4.9 GB (benchmarks/benchmark_large_tensor.py).
+LARGE_STEP_BYTES = 64 * 2**20
+#: Bytes of rows decoded at once while a large step's row is looked for.
+ROW_BATCH_BYTES = 16 * 2**20
+
+
+def row_mask(table: pa.Table, key: dict[str, Any]) -> pa.ChunkedArray | pa.Array:
+    """Rows of ``table`` whose columns equal ``key``'s values (dictionary columns
+    compared as strings)."""
+    mask = None
+    for name, value in key.items():
+        column = table[name]
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(pa.string())
+        term = pc.equal(column, value)
+        mask = term if mask is None else pc.and_(mask, term)
+    return mask
+
+
+def _conform(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``table`` with the types of TENSORS_SCHEMA (of ``columns``, or all): a file written
+    before a column was added has nulls there, as a dataset read gives."""
+    schema = TENSORS_SCHEMA if columns is None else pa.schema(
+        [TENSORS_SCHEMA.field(c) for c in columns])
+    if table.schema == schema:
+        return table
+    return pa.table([table.column(f.name).cast(f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
 
 
 def _read_table(path: Path, **options: Any) -> pa.Table:
@@ -78,20 +113,55 @@ class Footer:
         self.nbytes = (self.metadata.serialized_size + FOOTER_BYTES_PER_CHUNK * chunks
                        + self.lo.nbytes + self.hi.nbytes)
 
-    def read_step(self, step: int) -> pa.Table:
-        """Every row of one step, values included (the row groups that may hold it)."""
-        groups = np.flatnonzero((self.lo <= step) & (step <= self.hi)).tolist()
+    def groups(self, step: int) -> list[int]:
+        """The row groups that may hold ``step``."""
+        return np.flatnonzero((self.lo <= step) & (step <= self.hi)).tolist()
+
+    def step_bytes(self, step: int) -> int:
+        """Uncompressed bytes of the row groups that may hold ``step`` (the footer's)."""
+        return sum(self.metadata.row_group(g).total_byte_size for g in self.groups(step))
+
+    def _file(self, **options: Any) -> pq.ParquetFile:
+        return pq.ParquetFile(self.source, metadata=self.metadata, filesystem=self.filesystem,
+                              **options)
+
+    def read_step(self, step: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """Every row of one step (the row groups that may hold it): the ``columns``
+        named (``training_step`` among them), or all, values included."""
+        groups = self.groups(step)
+        names = None if columns is None else list(columns)
         if not groups:
-            return TENSORS_SCHEMA.empty_table()
-        file = pq.ParquetFile(self.source, metadata=self.metadata, filesystem=self.filesystem)
-        table = file.read_row_groups(groups)
+            return _conform(TENSORS_SCHEMA.empty_table().select(names or TENSORS_SCHEMA.names),
+                            names)
+        present = set(self.metadata.schema.to_arrow_schema().names)
+        read = None if names is None else [c for c in names if c in present]
+        table = self._file().read_row_groups(groups, columns=read)
         table = table.filter(pc.equal(table["training_step"], int(step)))
-        if table.schema == TENSORS_SCHEMA:
-            return table
-        # a file written before a column was added: nulls there, as a dataset read gives
-        return pa.table([table.column(f.name).cast(f.type) if f.name in table.column_names
-                         else pa.nulls(table.num_rows, f.type) for f in TENSORS_SCHEMA],
-                        schema=TENSORS_SCHEMA)
+        return _conform(table, names)
+
+    def read_values(self, step: int, key: dict[str, Any]) -> pa.ListScalar | None:
+        """The per-neuron values of the first row of ``step`` whose columns equal ``key``
+        (None: no such row in this file). Only that row's row group is read, its
+        ``values`` alone and a few rows at a time (:data:`ROW_BATCH_BYTES`), so that a
+        step of large rows is never in memory at once."""
+        file = self._file(buffer_size=1 << 20)  # column chunks streamed, not read whole
+        key = {"training_step": int(step), **key}
+        for g in self.groups(step):
+            keys = file.read_row_group(g, columns=list(key))
+            hits = np.flatnonzero(row_mask(keys, key).to_numpy(zero_copy_only=False))
+            if not hits.size:
+                continue
+            offset = int(hits[0])
+            group = self.metadata.row_group(g)
+            per_row = group.total_byte_size / max(group.num_rows, 1)
+            rows = int(max(1, min(1 << 16, ROW_BATCH_BYTES // max(per_row, 1.0))))
+            seen = 0
+            for batch in file.iter_batches(batch_size=rows, row_groups=[g],
+                                           columns=["values"], use_threads=False):
+                if offset < seen + batch.num_rows:
+                    return batch.column(0)[offset - seen]
+                seen += batch.num_rows
+        return None
 
 
 def drop_repeated(table: pa.Table, keys: Sequence[str]) -> pa.Table:
