@@ -9,14 +9,30 @@ gradient RMS divided by the largest gradient RMS among the tensors that depend o
 the step's dependency graph: how much of the gradient arriving from downstream is left
 (below 1) or how much more there is (above 1) once it has flowed back to this tensor.
 The batch dimension's mean in the loss scales every batched gradient alike, so it
-cancels. A gain whose median over the recorded steps is below 1e-4 is reported as
-vanishing (warning; what a deep stack of sigmoids does: each one passes at most a
-quarter), below 1e-3 as a hint (info); above 1e4 (1e3) as exploding. Calibration: the
-tutorial's fixed trial has no gain below 2.3e-3 (its sigmoid and the MSE on 5 outputs
-already take a factor of ~500 between the per-sample loss and the last hidden layer);
-the bugged trial, whose LeakyReLU after the output layer passes 1 % of the gradient of
-negative outputs, has 3.9e-4 there; 12 stacked sigmoids have 4e-11. Tensors whose gradient is exactly 0 are left out: nothing reaches them
-(a branch the loss does not use), which is not a gradient that shrank.
+cancels.
+
+A small gain alone is not a vanishing gradient: the query and key projections of
+attention get little gradient by construction (the softmax's Jacobian and 1/sqrt(d)),
+as does a branch scaled by a small learnable factor (ConvNeXt's LayerScale, initialised
+at 1e-6), while the hidden states they are computed from get a full gradient through
+the value path and the residual connection. A gradient has vanished when it does not
+reach the inputs of the computation: so the finding is judged on the tensor's *reach*,
+the largest gradient RMS among the tensor and every tensor it depends on, divided by the
+same downstream reference. In a chain (a stack of sigmoids) the reach is the gain; on a
+side branch it is the gain of the branch's sources. A reach whose median over the
+recorded steps is below 1e-4 is reported as vanishing (warning; what a deep stack of
+sigmoids does: each one passes at most a quarter), below 1e-3 as a hint (info); a gain
+above 1e4 (1e3) as exploding. ``gain_table`` lists both medians of every tensor.
+
+Calibration: the tutorial's fixed trial has no gain below 2.3e-3 (its sigmoid and the
+MSE on 5 outputs already take a factor of ~500 between the per-sample loss and the last
+hidden layer); the bugged trial, whose LeakyReLU after the output layer passes 1 % of
+the gradient of negative outputs, has 3.9e-4 there; 12 stacked sigmoids have 4e-11.
+On the healthy real models of tests/realmodels (8 AdamW steps from the initialisation)
+the gains of BERT's query/key projections are down to 7e-7, ViT's to 6e-5, ConvNeXt's
+LayerScale branch 2e-8 (warnings before the reach), while every reach stays above 1e-3.
+Tensors whose gradient is exactly 0 are left out: nothing reaches them (a branch the
+loss does not use), which is not a gradient that shrank.
 
 Over the steps: for each tensor and parameter (per type of execution and iteration) the
 gradient RMS of each recorded step relative to the median of its first three recorded
@@ -28,9 +44,13 @@ training.
 Updates: ``update_ratio`` is ||update|| / ||weight before the update||, recorded for
 every parameter on every recorded step. The common rule of thumb is about 1e-3 per
 step; Adam at its default learning rate on freshly initialised layers gives 1e-3 to
-2e-2 (the tutorial: 1.7e-3 to 1.7e-2). Above 0.1 an optimizer step rewrites a tenth of
-the weights' size: the learning rate is too large (warning); above 1 each step replaces
-the weights by something larger than themselves (error). A median below 1e-7 (steps
+2e-2 (the tutorial: 1.7e-3 to 1.7e-2). A parameter whose ratio is above 0.1 at most
+of its recorded steps (the median) has a learning rate too large for it: each step
+rewrites a tenth of the weights' size (warning). A single step above 0.1 is not enough:
+Adam's first step moves every weight by the learning rate whatever its gradient, 0.1 of
+the weights' RMS for GPT-2's scaled initialisation (std 0.02 / sqrt(2 layers)) at lr
+1e-3, and 0.07, 0.06, ... after it. Above 1 at any step the update replaces the weights
+by something larger than themselves (error). A median below 1e-7 (steps
 without an update, ratio exactly 0, such as evaluation steps, left out) means the
 parameter practically does not learn (info). Non-finite ratios (a weight of norm 0 at
 initialisation, or non-finite values, which ``first_non_finite`` reports) are left out.
