@@ -28,7 +28,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -121,7 +120,7 @@ def depth_colour(index: int | None, top: int) -> str:
         return "#7f7f7f"
     position = 0.0 if top <= 0 else min(max(index / top, 0.0), 1.0)
     scaled = position * (len(DEPTH_SCALE) - 1)
-    low = int(math.floor(scaled))
+    low = math.floor(scaled)
     high = min(low + 1, len(DEPTH_SCALE) - 1)
     frac = scaled - low
     a = [int(DEPTH_SCALE[low][i:i + 2], 16) for i in (1, 3, 5)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from comgra_like.app import metric_figures as mfig
 from comgra_like.app import metric_groups as mg
 from comgra_like.app.natural import natural_key, natural_sorted
@@ -22,7 +21,7 @@ def frame(outlier: str | None = None, factor: float = 10.0) -> pd.DataFrame:
     """WeightNorm-like rows: every module at STEPS, its value growing with its layer."""
     rows = []
     for m in sorted(MODULES):  # the query API's order: as text
-        kind, index = mg.module_kind(m)
+        _kind, index = mg.module_kind(m)
         for s in STEPS:
             value = 1.0 + 0.01 * index + 0.001 * s + 0.1 * KINDS.index(m.split(".", 4)[4])
             if m == outlier and s == STEPS[-1]:

@@ -69,7 +69,7 @@ def test_modules_page_drills_down_and_shows_histograms(dash_duo, watched):
     wait_until(lambda: text_of(dash_duo, ".modules-panel strong").endswith("block.conv1"),
                what="the leaf's panel")
     assert len(dash_duo.find_elements(".modules-panel")) == 1
-    second = [k for k in shown_keys(dash_duo) if k.endswith("block.conv2")][0]
+    second = next(k for k in shown_keys(dash_duo) if k.endswith("block.conv2"))
     click_node(dash_duo, second, graph=MODULE_GRAPH)
     wait_until(lambda: len(dash_duo.find_elements(".modules-panel")) == 2, what="two panels")
     assert text_of(dash_duo, ".modules-panel strong").endswith("block.conv2")

@@ -12,11 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import comgra_like  # noqa: E402
-from comgra_like.app import module_figures as mf  # noqa: E402
-from comgra_like.app import module_sharing  # noqa: E402
-from comgra_like.app.pages import modules as modules_page  # noqa: E402
-from comgra_like.query import open_group  # noqa: E402
+from comgra_like.app import module_figures as mf
+from comgra_like.app import module_sharing
+from comgra_like.app.pages import modules as modules_page
+
+import comgra_like
+from comgra_like.query import open_group
 
 STEPS = 3
 
@@ -74,7 +75,7 @@ def _params(group, node, what="params"):
 
 
 def test_gpt2_lm_head_shows_the_tied_weight(gpt2):
-    model, handle, first = gpt2
+    _model, handle, first = gpt2
     group = open_group(handle.group_path)
     graph = group.read_module_graph("t", 0)
     assert graph["shared_parameters"] == [{
