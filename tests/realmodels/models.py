@@ -3,7 +3,8 @@
 Every transformers model is built from a configuration with random weights (nothing is
 downloaded): GPT-2 (decoder-only, the LM head tied to the token embedding), BERT
 (encoder-only, an attention mask with padding), T5 (encoder-decoder, one embedding shared
-by the encoder, the decoder and the LM head), ViT (patches, a [CLS] token), ConvNeXt
+by the encoder, the decoder and the LM head), Whisper (a speech encoder-decoder: two
+convolutions over log-mel frames, then attention), ViT (patches, a [CLS] token), ConvNeXt
 (depthwise convolutions and a LayerScale branch initialised at 1e-6) and ResNet
 (convolutions with BatchNorm). Sizes: hidden 32 (ConvNeXt and ResNet 8 and 16
 channels), 2 layers, sequences of 8 tokens, images of 16x16, batches of 4.
@@ -29,6 +30,7 @@ import comgra_like
 
 HIDDEN, LAYERS, HEADS, SEQ, BATCH, VOCAB = 32, 2, 2, 8, 4, 64
 IMAGE, PATCH, CLASSES = 16, 4, 5
+MELS = 8  # Whisper's log-mel bins; its encoder takes 2 x SEQ frames
 ROOT = "model"
 
 
@@ -88,6 +90,18 @@ def resnet() -> nn.Module:
     return transformers.ResNetForImageClassification(config)
 
 
+def whisper() -> nn.Module:
+    _quiet()
+    config = transformers.WhisperConfig(
+        vocab_size=VOCAB, num_mel_bins=MELS, d_model=HIDDEN, encoder_layers=LAYERS,
+        decoder_layers=LAYERS, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+        encoder_ffn_dim=2 * HIDDEN, decoder_ffn_dim=2 * HIDDEN, max_source_positions=SEQ,
+        max_target_positions=SEQ, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=1, suppress_tokens=None, begin_suppress_tokens=None,
+        attn_implementation="eager")
+    return transformers.WhisperForConditionalGeneration(config)
+
+
 def _tokens(gen: torch.Generator) -> torch.Tensor:
     return torch.randint(1, VOCAB, (BATCH, SEQ), generator=gen)
 
@@ -114,6 +128,11 @@ def _seq2seq(gen):
             "labels": _tokens(gen)}
 
 
+def _speech(gen):
+    return {"input_features": torch.randn(BATCH, MELS, 2 * SEQ, generator=gen),
+            "labels": _tokens(gen)}
+
+
 def _images(gen):
     return {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen),
             "labels": torch.randint(0, CLASSES, (BATCH,), generator=gen)}
@@ -134,6 +153,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("gpt2", gpt2, _lm_batch),
     Case("bert", bert, _classify_tokens),
     Case("t5", t5, _seq2seq),
+    Case("whisper", whisper, _speech),
     Case("vit", vit, _images),
     Case("convnext", convnext, _images, checkpointing=False),
     Case("resnet", resnet, _images, checkpointing=False),
@@ -176,8 +196,8 @@ def train(case: Case, steps: int, *, folder: Path | None = None, trial: str = "t
     model = case.build()
     model.train()
     if checkpointing is not None:
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     handle = None
     if folder is not None:

@@ -3,17 +3,18 @@ the detectors raised before, on the model that raised it, and a real fault that 
 still found.
 
 Before the calibration, a few steps of healthy training from the initialisation gave:
-BERT and ViT ``vanishing_gradient`` warnings on the attention query/key projections
-(softmax and 1/sqrt(d) make their gradients small by construction), ConvNeXt one on its
-LayerScale branch (scaled by 1e-6), GPT-2 ``update_ratio_high`` at step 0 (Adam's
+BERT, ViT and Whisper ``vanishing_gradient`` warnings on the attention query/key
+projections (softmax and 1/sqrt(d) make their gradients small by construction), ConvNeXt
+one on its LayerScale branch (scaled by 1e-6), GPT-2 ``update_ratio_high`` at step 0 (Adam's
 first step moves each weight by the learning rate: 0.1 of the RMS of GPT-2's scaled
 initialisation at lr 1e-3)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from comgra_like.analysis import WARNING, find
+from comgra_like.analysis import ERROR, WARNING, find
 from comgra_like.analysis import gradients as g
 from comgra_like.analysis.core import TrialData
 from comgra_like.query import open_group
@@ -28,28 +29,28 @@ def _branch(table, suffixes):
 
 
 def _no_vanishing(run):
-    found = [f for f in find(run.group) if f.kind == g.VANISHING]
+    # a hint (info) may remain: Whisper's encoder convolutions reach 4e-4 of the decoder's
+    # cross-attention gradient at initialisation, through the cross-attention alone
+    found = [f for f in find(run.group) if f.kind == g.VANISHING and f.severity != "info"]
     assert found == [], [f.explanation for f in found]
 
 
-def test_bert_query_and_key_gradients_are_small_and_not_vanishing(runs):
-    run = runs("bert")[1]
+QUERY_KEY = {
+    "bert": (".attention.self.query", ".attention.self.key"),
+    "vit": (".attention.q_proj", ".attention.k_proj", ".attention.query", ".attention.key"),
+    "whisper": (".self_attn.q_proj", ".self_attn.k_proj"),
+}
+
+
+@pytest.mark.parametrize("name", list(QUERY_KEY))
+def test_query_and_key_gradients_are_small_and_not_vanishing(runs, name):
+    run = runs(name)[1]
     table = g.gain_table(_data(run))
-    qk = _branch(table, (".attention.self.query", ".attention.self.key"))
+    qk = _branch(table, QUERY_KEY[name])
     assert len(qk) >= 4
-    # small by construction against the classifier downstream: what the old rule judged
+    # small by construction against the output layer downstream: what the old rule judged
     assert (qk.median_gain < g.GAIN_WARNING_LOW).any(), qk
     # while the hidden states they are computed from get a full gradient
-    assert (qk.median_reach > g.GAIN_LOW).all(), qk
-    _no_vanishing(run)
-
-
-def test_vit_query_and_key_gradients_neither(runs):
-    run = runs("vit")[1]
-    table = g.gain_table(_data(run))
-    qk = _branch(table, (".attention.q_proj", ".attention.k_proj", ".attention.query",
-                         ".attention.key"))
-    assert len(qk) >= 4 and (qk.median_gain < g.GAIN_WARNING_LOW).any(), qk
     assert (qk.median_reach > g.GAIN_LOW).all(), qk
     _no_vanishing(run)
 
@@ -84,6 +85,5 @@ def test_a_learning_rate_too_large_for_gpt2_is_still_found(runs):
     # lr 3e-2 with AdamW: every update moves the weights by a large part of their size
     run = runs("gpt2", bare=False, lr=3e-2)[1]
     found = [f for f in find(run.group) if f.kind == g.UPDATE_RATIO_HIGH]
-    assert found and max(f.severity == WARNING or f.severity == "error" for f in found)
-    assert any(np.isfinite(f.numbers["max_update_ratio"]) and
-               f.numbers["max_update_ratio"] > g.UPDATE_WARNING for f in found)
+    assert found and all(f.severity in (WARNING, ERROR) for f in found)
+    assert max(f.numbers["max_update_ratio"] for f in found) > g.UPDATE_WARNING

@@ -1,4 +1,4 @@
-"""Six real architectures, trained a few steps from their initialisation with and
+"""Seven real architectures, trained a few steps from their initialisation with and
 without watch(): training bitwise the same, every module and parameter recorded,
 histograms exact, metrics on schedule, no finding of warning severity."""
 
@@ -9,7 +9,7 @@ import pytest
 from . import checks, models
 
 CASES = list(models.CASES)
-TIED = ["gpt2", "t5"]  # GPT-2's LM head and token embedding; T5's shared embedding
+TIED = ["gpt2", "t5", "whisper"]  # LM heads tied to the token embedding (T5: shared)
 
 
 @pytest.mark.parametrize("name", CASES)
