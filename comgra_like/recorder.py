@@ -89,6 +89,14 @@ class ComgraRecorder:
         self.comgra_is_active = bool(comgra_is_active)
         # Armed on every step, recorded or not (record/flight.py, docs/FLIGHT.md).
         self._flight = None
+        if flight_recorder is not None:
+            from .record.flight import FlightRecorder
+
+            if not isinstance(flight_recorder, FlightRecorder):
+                raise ConfigurationError(
+                    "flight_recorder must be a comgra_like.FlightRecorder(...), got "
+                    f"{type(flight_recorder).__name__}")
+            flight_recorder.check_free()
         # The trial's hyperparameters, checked before anything is written (trial.json).
         self.config = flatten_config(config)
         # Under torch.distributed (or RANK/WORLD_SIZE) each recording rank writes its own
@@ -197,12 +205,6 @@ class ComgraRecorder:
         self._warned_unused: set[str] = set()
         protect_retained(self._retained_tensors)  # from FlowChain's extra backward passes
         if flight_recorder is not None:
-            from .record.flight import FlightRecorder
-
-            if not isinstance(flight_recorder, FlightRecorder):
-                raise ConfigurationError(
-                    "flight_recorder must be a comgra_like.FlightRecorder(...), got "
-                    f"{type(flight_recorder).__name__}")
             flight_recorder.attach(self.trial_path, self.rank)
             self._flight = flight_recorder
 

@@ -1,0 +1,225 @@
+"""The flight recorder on a real training loop with the comgra API (issue 30): faults
+injected at a seeded random step and node while recording 1 step in 1,000; a learning
+rate jump; a clean run; bitwise identical training; on_trigger="raise"; a kill right
+after a trigger."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from comgra_like import ConfigurationError, FlightRecorder, FlightTriggerError
+from comgra_like.analysis import find
+from comgra_like.query import open_group
+from comgra_like.query.flight import list_flight_triggers, read_flight, read_flight_values
+
+from .loops import NODES, train
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS = ("net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias", "net.4.weight",
+          "net.4.bias")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the machine is shared: threads would only contend
+    yield
+    torch.set_num_threads(before)
+
+
+def test_nan_at_a_random_step_and_node_is_caught_with_its_window(tmp_path):
+    rng = random.Random(30)
+    step, node = rng.randrange(40, 300), rng.choice(NODES[1:6])
+    fr = FlightRecorder(window=32, full_steps=2, after=4)
+    _, rec = train(tmp_path, "nan", step + 8, flight=fr, nan_at=(step, node))
+    rec.finalize()
+    assert [(f["kind"], f["step"], f["tensor"]) for f in fr.fired] == [
+        ("non_finite", step, node)]
+    group = open_group(tmp_path / "flight")
+    # the regular recording has step 0 and the `after` steps only
+    assert sorted(group.list_steps("nan")["training_step"].unique()) == [
+        0, *range(step + 1, step + 5)]
+    (trigger,) = list_flight_triggers(group.path, "nan")
+    assert (trigger.kind, trigger.step, trigger.node, trigger.window) == (
+        "non_finite", step, node, (step - 31, step))
+    rows = read_flight(group.path, "nan")
+    assert rows["flight"].all()
+    assert sorted(rows["training_step"].unique()) == list(range(step - 31, step + 1))
+    for s, at in rows.groupby("training_step"):
+        have = set(zip(at["name"], at["role"]))
+        assert {(n, "value") for n in NODES} <= have, s
+        assert {(n, "gradient") for n in NODES[1:]} <= have, s
+        for p in PARAMS:
+            assert {(p, "value"), (p, "gradient"), (p, "update")} <= have, s
+        bad = (at["nan_count"] > 0).any()
+        assert bad == (s == step)
+    # the finding names the node and the step
+    (finding,) = [f for f in find(group, "nan") if f.kind == "flight_non_finite"]
+    assert (finding.node, finding.steps, finding.role) == (node, (step,), "value")
+    assert f"step {step}" in finding.explanation and repr(node) in finding.explanation
+    assert finding.where["training_step"] == step + 1  # the first recorded step after it
+
+
+def test_full_values_of_the_last_steps_are_kept(tmp_path):
+    kept = {}
+
+    def on_step(step, values, _rec):
+        if step in (58, 59):
+            kept[step] = {k: v.detach().clone() for k, v in values.items()}
+
+    fr = FlightRecorder(window=16, full_steps=2, after=0)
+    _, rec = train(tmp_path, "full", 61, flight=fr, nan_at=(59, "layer2"), on_step=on_step,
+                   sample_ids=True)
+    rec.finalize()
+    group = tmp_path / "flight"
+    (trigger,) = list_flight_triggers(group, "full")
+    values = read_flight_values(group, "full", trigger.name)
+    assert {s for s, _, _ in values} == {58, 59}
+    for s in (58, 59):
+        for name in NODES:
+            got = torch.tensor(values[(s, name, "value")])
+            assert torch.equal(got, kept[s][name].float()) or (
+                s == 59 and torch.equal(got.isnan(), kept[s][name].isnan())), (s, name)
+    assert values[(59, "layer2", "value")].reshape(-1)[0] != values[(59, "layer2", "value")
+                                                                   ].reshape(-1)[0]  # NaN
+    for p in PARAMS:
+        assert (58, p, "update") in values and (59, p, "gradient") in values
+    # sample ids of every step in the window
+    assert trigger.sample_ids[59] == list(range(59 * 16, 60 * 16))
+    assert sorted(trigger.sample_ids) == list(range(44, 60))
+
+
+def test_memory_bound_of_the_full_values(tmp_path, caplog):
+    fr = FlightRecorder(window=8, full_steps=2, after=0, max_full_bytes=3 * 1500)
+    with caplog.at_level(logging.WARNING, logger="comgra_like"):
+        _, rec = train(tmp_path, "bound", 22, flight=fr, nan_at=(20, "relu2"))
+    rec.finalize()
+    (trigger,) = list_flight_triggers(tmp_path / "flight", "bound")
+    values = read_flight_values(tmp_path / "flight", "bound", trigger.name)
+    for s in (19, 20):
+        nbytes = sum(v.size * 4 for (step, _, _), v in values.items() if step == s)
+        assert 0 < nbytes <= 1500
+    assert sum("keeps full values of at most 1500 bytes" in r.message
+               for r in caplog.records) == 1
+
+
+def test_learning_rate_jump_fires_a_spike_at_the_jump(tmp_path):
+    fr = FlightRecorder(window=64, full_steps=1, after=2)
+    _, rec = train(tmp_path, "lr", 215, flight=fr, lr_jump_at=200)
+    rec.finalize()
+    assert fr.fired[0]["kind"] == "update_spike" and fr.fired[0]["step"] == 200
+    assert fr.fired[0]["value"] > 10 * fr.fired[0]["median"]
+    group = open_group(tmp_path / "flight")
+    (finding,) = [f for f in find(group, "lr") if f.kind == "flight_update_spike"]
+    assert finding.steps == (200, 200)  # the updates moved first, at the jump
+    assert finding.role == "update" and finding.node in PARAMS
+
+
+def test_a_clean_run_fires_nothing(tmp_path):
+    fr = FlightRecorder()
+    _, rec = train(tmp_path, "clean", 500, flight=fr, record_one_in=100)
+    rec.finalize()
+    assert fr.fired == [] and fr.suppressed == 0
+    assert list_flight_triggers(tmp_path / "flight", "clean") == []
+    assert not (tmp_path / "flight" / "trials" / "clean" / "flight").exists()
+    assert not [f for f in find(open_group(tmp_path / "flight"), "clean")
+                if f.kind.startswith("flight_")]
+
+
+def test_training_is_bitwise_identical_with_the_flight_recorder(tmp_path):
+    bare, _ = train(tmp_path, "bare", 40, recorder=False)
+    plain, rec = train(tmp_path, "plain", 40, record_one_in=7)
+    rec.finalize()
+    armed, rec = train(tmp_path, "armed", 40, record_one_in=7,
+                       flight=FlightRecorder(window=8, full_steps=2, predicate=lambda s: False))
+    rec.finalize()
+    for a, b, c in zip(bare.parameters(), plain.parameters(), armed.parameters()):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_on_trigger_raise_stops_training_after_the_window_is_written(tmp_path):
+    recorders = []
+    fr = FlightRecorder(window=16, on_trigger="raise")
+    with pytest.raises(FlightTriggerError, match=r"non_finite at training step 30 in 'layer1'"):
+        train(tmp_path, "raise", 100, flight=fr, nan_at=(30, "layer1"), recorders=recorders)
+    # written before the exception: readable while the recorder is still open
+    (trigger,) = list_flight_triggers(tmp_path / "flight", "raise")
+    assert trigger.step == 30 and len(read_flight(tmp_path / "flight", "raise")) > 0
+    recorders[0].finalize()
+
+
+def test_a_failing_predicate_disarms_the_flight_recorder_and_training_goes_on(tmp_path,
+                                                                               caplog):
+    def predicate(step):
+        raise ZeroDivisionError("bug in the user's predicate")
+
+    with caplog.at_level(logging.WARNING, logger="comgra_like"):
+        armed, rec = train(tmp_path, "broken", 30, flight=FlightRecorder(predicate=predicate),
+                           nan_at=(20, "layer1"))
+    rec.finalize()
+    bare, _ = train(tmp_path, "bare", 30, recorder=False, nan_at=(20, "layer1"))
+    assert sum("flight recorder failed" in r.message for r in caplog.records) == 1
+    for a, b in zip(bare.parameters(), armed.parameters()):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())
+    assert list_flight_triggers(tmp_path / "flight", "broken") == []
+
+
+def test_bad_arguments_are_refused_clearly(tmp_path):
+    with pytest.raises(ConfigurationError, match="window"):
+        FlightRecorder(window=1)
+    with pytest.raises(ConfigurationError, match="unknown trigger 'nan'"):
+        FlightRecorder(triggers=("nan",))
+    with pytest.raises(ConfigurationError, match="on_trigger"):
+        FlightRecorder(on_trigger="stop")
+    with pytest.raises(ConfigurationError, match="FlightRecorder"):
+        train(tmp_path, "x", 1, flight="yes")
+    fr = FlightRecorder()
+    _, rec = train(tmp_path, "one", 1, flight=fr)
+    with pytest.raises(ConfigurationError, match="one per recorder"):
+        train(tmp_path, "two", 1, flight=fr)
+    rec.finalize()
+
+
+def test_window_reads_back_after_a_kill_right_after_the_trigger(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys, time, torch
+        torch.set_num_threads(1)
+        from comgra_like import FlightRecorder
+        from tests.flight.loops import train
+        fr = FlightRecorder(window=24)
+
+        def on_step(step, values, rec):
+            if fr.fired:
+                print("TRIGGERED", step, flush=True)
+                time.sleep(600)
+
+        train({str(tmp_path)!r}, "killed", 200, flight=fr, nan_at=(70, "relu1"),
+              on_step=on_step)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+    try:
+        line = child.stdout.readline()
+        assert line.startswith("TRIGGERED 70"), line
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    (trigger,) = list_flight_triggers(tmp_path / "flight", "killed")
+    assert (trigger.kind, trigger.step, trigger.node) == ("non_finite", 70, "relu1")
+    rows = read_flight(tmp_path / "flight", "killed")
+    assert sorted(rows["training_step"].unique()) == list(range(47, 71))
+    assert read_flight_values(tmp_path / "flight", "killed", trigger.name)
