@@ -14,29 +14,29 @@ one tensor with the same shape that P is computed from directly (the tutorial's
 ``subnet_out__out``, the value before the sigmoid), when it is registered.
 
 The numbers, per recorded step and iteration, from the rows the writer stores anyway:
-the *floor* of a tensor is the lower of the batch's mean per-sample minimum
-(``batch_mean`` row, ``min``) and the recorded samples' minima; the *ceiling* likewise
-with the maxima. A side of the targets is *unreached* when P's floor lies above T's
-floor by at least ``GAP`` (a fifth) of T's range (ceiling minus floor), and at least
-``ASYMMETRY`` times further than P's ceiling falls short of T's ceiling (or P goes past
-it): one side is missed, the other is not. Underfit outputs that miss both ends alike
-are not this. Mirrored for the top side.
+a tensor's *low* and *high* are the batch's mean per-sample minimum and maximum
+(``batch_mean`` row, ``min`` and ``max``: typical values, not one sample's outlier;
+for one value per sample, its mean -/+ its standard deviation over the batch). A side
+of the targets is *unreached* when P's low lies above T's low by at least ``GAP``
+(15 %) of T's range (high minus low), and at least ``ASYMMETRY`` (2) times further than
+P's high falls short of T's high (or P goes past it): one side is missed, the other is
+not. Underfit outputs that miss both ends alike are not this. Mirrored for the top.
 
 An unreached side alone can be an honest uncertainty (rare positives, noisy labels). A
 finding needs a reason in the values, one of:
 
-- ``squashed_input``: Z is squashed on that side: it reaches at most ``SQUASH`` (10 %) as
-  far below 0 as it reaches above it (ReLU: not at all; LeakyReLU(0.01): 1 %), while the
-  targets need the missing side (a bounded output such as a sigmoid behind a ReLU-like
-  activation);
+- ``squashed_input``: Z is squashed on that side: it reaches at most ``SQUASH`` (25 %)
+  as far below 0 as it reaches above it (ReLU: not at all; the tutorial's LeakyReLU(0.01):
+  2-13 %; healthy logits: 80-130 %), while the targets need the missing side (a
+  bounded output such as a sigmoid behind a ReLU-like activation);
 - ``floored_output``: P itself is squashed that way (a ReLU output for targets that go
   negative);
-- ``stuck``: P lies beyond the targets altogether (its floor above their ceiling, or its
-  ceiling below their floor).
+- ``stuck``: P lies beyond the targets altogether (its low above their high, or its
+  high below their low).
 
-It must hold at ``MIN_STEPS`` (2) recorded steps or more, the last recorded step with
-that target among them: early steps, before the network has learnt the targets' range,
-do not count. Severity: warning.
+Window: the last third of the recorded steps (at least ``MIN_STEPS``, 2); the same side
+and reason must show at half of them or more. Early steps, before the network has learnt
+the targets' range, do not count. Severity: warning.
 """
 
 from __future__ import annotations
@@ -47,14 +47,16 @@ import numpy as np
 import pandas as pd
 
 from ..query import Graph
-from ..vocabulary import BATCH_MEAN, FORWARD, LOSS, PARAMETER, SAMPLE, TARGET
+from ..vocabulary import BATCH_MEAN, BATCH_STD, FORWARD, LOSS, PARAMETER, TARGET
 from .core import WARNING, Finding, TrialData, fmt, where
 
 KIND = "output_range"
-GAP = 0.2
-ASYMMETRY = 3.0
-SQUASH = 0.1
+GAP = 0.15
+ASYMMETRY = 2.0
+SQUASH = 0.25
 MIN_STEPS = 2
+WINDOW_PARTS = 3  # the window: the last third of the recorded steps (at least MIN_STEPS)
+FRACTION = 0.5  # of the window's steps that must show it
 
 SQUASHED_INPUT, FLOORED_OUTPUT, STUCK = "squashed_input", "floored_output", "stuck"
 LOW, HIGH = "low", "high"
@@ -135,33 +137,44 @@ def _shape(node, role: str):
     return None if shape is None else tuple(shape)
 
 
-# --- floors and ceilings ------------------------------------------------------------
+# --- typical lows and highs ---------------------------------------------------------
 
 
 def _ranges(data: TrialData, keys: set[Key]) -> pd.DataFrame:
-    """(node, role, training_step, iteration) -> floor, ceiling."""
+    """(node, role, training_step, iteration) -> low, high: the batch's mean per-sample
+    minimum and maximum (one value per sample: its mean -/+ its standard deviation)."""
     rows = data.rows(recording_type=FORWARD)
     wanted = pd.Series([f"{n}\x00{r}" for n, r in keys])
     tag = rows["node"].astype(str) + "\x00" + rows["role"].astype(str)
     rows = rows[tag.isin(wanted).to_numpy()]
-    rows = rows[rows["aggregation"].isin([BATCH_MEAN, SAMPLE]).to_numpy()]
-    if rows.empty:
-        return pd.DataFrame(columns=["floor", "ceiling"])
     index = ["node", "role", "training_step", "iteration"]
-    frame = rows[index + ["min", "max"]].copy()
-    frame["node"] = frame["node"].astype(str)
-    frame["role"] = frame["role"].astype(str)
-    grouped = frame.groupby(index, sort=True)
-    out = pd.DataFrame({"floor": grouped["min"].min().astype(np.float64),
-                        "ceiling": grouped["max"].max().astype(np.float64)})
-    return out[np.isfinite(out["floor"]) & np.isfinite(out["ceiling"])]
+    mean = rows[(rows["aggregation"] == BATCH_MEAN).to_numpy()]
+    std = rows[(rows["aggregation"] == BATCH_STD).to_numpy()]
+    if mean.empty:
+        return pd.DataFrame(columns=["low", "high"])
+    frame = mean[index + ["min", "max", "mean", "numel"]].copy()
+    frame = frame.merge(std[index + ["mean"]].rename(columns={"mean": "spread"}),
+                        on=index, how="left")
+    for column in ("node", "role"):
+        frame[column] = frame[column].astype(str)
+    low = frame["min"].to_numpy(np.float64)
+    high = frame["max"].to_numpy(np.float64)
+    single = (frame["numel"] == 1).to_numpy()
+    spread = np.nan_to_num(frame["spread"].to_numpy(np.float64))
+    centre = frame["mean"].to_numpy(np.float64)
+    low = np.where(single, centre - spread, low)
+    high = np.where(single, centre + spread, high)
+    out = pd.DataFrame({"low": low, "high": high},
+                       index=pd.MultiIndex.from_frame(frame[index])).sort_index()
+    out = out[~out.index.duplicated()]
+    return out[np.isfinite(out["low"]) & np.isfinite(out["high"])]
 
 
 def _series(ranges: pd.DataFrame, key: Key) -> pd.DataFrame:
     try:
-        return ranges.loc[key]  # (training_step, iteration) -> floor, ceiling
+        return ranges.loc[key]  # (training_step, iteration) -> low, high
     except KeyError:
-        return pd.DataFrame(columns=["floor", "ceiling"])
+        return pd.DataFrame(columns=["low", "high"])
 
 
 def _squashed(lo: float, hi: float, side: str) -> bool:
@@ -203,72 +216,81 @@ def _judge(data: TrialData, triple: _Triple, ranges: pd.DataFrame) -> Finding | 
     both = target.add_suffix("_t").join(prediction.add_suffix("_p"), how="inner")
     if both.empty:
         return None
+    steps = sorted({int(s) for s, _ in both.index})
+    if len(steps) < MIN_STEPS:
+        return None
+    window = steps[-max(MIN_STEPS, -(-len(steps) // WINDOW_PARTS)):]
     verdicts: list[_Verdict] = []
-    last_step = max(int(s) for s, _ in both.index)
     for (step, iteration), row in both.iterrows():
+        if int(step) not in window:
+            continue
         z = None
         if pre is not None and (step, iteration) in pre.index:
-            z = (float(pre.loc[(step, iteration), "floor"]),
-                 float(pre.loc[(step, iteration), "ceiling"]))
-        v = _verdict(int(step), int(iteration), (row["floor_t"], row["ceiling_t"]),
-                     (row["floor_p"], row["ceiling_p"]), z)
+            z = (float(pre.loc[(step, iteration), "low"]),
+                 float(pre.loc[(step, iteration), "high"]))
+        v = _verdict(int(step), int(iteration), (row["low_t"], row["high_t"]),
+                     (row["low_p"], row["high_p"]), z)
         if v is not None:
             verdicts.append(v)
     if not verdicts:
         return None
-    # one side and cause: the one of the last step
-    last = max(verdicts, key=lambda v: (v.step, v.iteration))
-    same = [v for v in verdicts if v.side == last.side and v.cause == last.cause]
-    steps = sorted({v.step for v in same})
-    if len(steps) < MIN_STEPS or last.step != last_step:
+    # the side and cause seen most often in the window, at half of its steps or more
+    votes: dict[tuple[str, str], set[int]] = {}
+    for v in verdicts:
+        votes.setdefault((v.side, v.cause), set()).add(v.step)
+    (side, cause), flagged = max(votes.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    if len(flagged) < max(MIN_STEPS, FRACTION * len(window)):
         return None
-    recorded = len({int(s) for s, _ in both.index})
-    return _finding(data, triple, last, same, steps, recorded)
+    same = [v for v in verdicts if v.side == side and v.cause == cause]
+    last = max(same, key=lambda v: (v.step, v.iteration))
+    return _finding(data, triple, last, same, sorted(flagged), len(window), len(steps))
 
 
 def _finding(data: TrialData, triple: _Triple, last: _Verdict, same: list[_Verdict],
-             steps: list[int], recorded: int) -> Finding:
+             steps: list[int], window: int, recorded: int) -> Finding:
     p_node, p_role = triple.prediction
     t_node = triple.target[0]
     low = last.side == LOW
     end = "low" if low else "high"
     t_lo, t_hi = last.target
     p_lo, p_hi = last.prediction
-    reach = (f"no lower than {fmt(p_lo)}" if low else f"no higher than {fmt(p_hi)}")
-    other = (f"while they reach {fmt(p_hi)} at the top" if low
-             else f"while they reach {fmt(p_lo)} at the bottom")
+    at = f"at step {last.step}"
     if last.cause == STUCK:
-        head = (f"The outputs {p_node!r} lie {'above' if low else 'below'} every target "
-                f"{t_node!r} (outputs {fmt(p_lo)} to {fmt(p_hi)}, targets {fmt(t_lo)} to "
-                f"{fmt(t_hi)} at step {last.step}: {fmt(100 * last.gap)}% of the targets' "
+        head = (f"The outputs {p_node!r} lie {'above' if low else 'below'} the targets "
+                f"{t_node!r} ({at} typically from {fmt(p_lo)} to {fmt(p_hi)}, the targets "
+                f"from {fmt(t_lo)} to {fmt(t_hi)}: {fmt(100 * last.gap)}% of the targets' "
                 f"range short of their {end} end)")
     else:
-        head = (f"The outputs {p_node!r} never get near the {end} end of the targets "
-                f"{t_node!r} (targets {fmt(t_lo)} to {fmt(t_hi)}; outputs {reach} at step "
-                f"{last.step}, {fmt(100 * last.gap)}% of the targets' range short, {other})")
+        mine, theirs = (p_lo, t_lo) if low else (p_hi, t_hi)
+        other = (f"while at the top they reach {fmt(p_hi)} against {fmt(t_hi)}" if low
+                 else f"while at the bottom they reach {fmt(p_lo)} against {fmt(t_lo)}")
+        head = (f"The outputs {p_node!r} do not reach the {end} end of the targets "
+                f"{t_node!r}: {at} a sample's {'lowest' if low else 'highest'} output is "
+                f"{fmt(mine)} on average, its {'lowest' if low else 'highest'} target "
+                f"{fmt(theirs)} ({fmt(100 * last.gap)}% of the targets' range short), {other}")
     show = triple.prediction
     numbers = {"step": last.step, "side": last.side, "cause": last.cause, "gap": last.gap,
-               "target_floor": t_lo, "target_ceiling": t_hi, "output_floor": p_lo,
-               "output_ceiling": p_hi, "flagged_steps": len(steps), "recorded_steps": recorded}
+               "target_low": t_lo, "target_high": t_hi, "output_low": p_lo,
+               "output_high": p_hi, "flagged_steps": len(steps), "window_steps": window,
+               "recorded_steps": recorded}
     if last.cause == SQUASHED_INPUT:
-        z_lo = min(v.pre[0] for v in same if v.pre is not None)
-        z_hi = max(v.pre[1] for v in same if v.pre is not None)
+        z_lo, z_hi = last.pre
         short, long_ = (abs(z_lo), z_hi) if low else (z_hi, abs(z_lo))
         sign = "negative" if low else "positive"
-        why = (f": its input {triple.pre[0]!r} is squashed on the {sign} side "
-               f"(from {fmt(z_lo)} to {fmt(z_hi)}: {fmt(100 * short / long_)}% as far "
-               f"{'below' if low else 'above'} 0 as {'above' if low else 'below'}), as a "
+        why = (f". Its input {triple.pre[0]!r} is squashed on the {sign} side: per sample "
+               f"from {fmt(z_lo)} to {fmt(z_hi)} on average, {fmt(100 * short / long_)}% as "
+               f"far {'below' if low else 'above'} 0 as {'above' if low else 'below'}, as a "
                f"ReLU-like activation in front of a sigmoid or tanh makes it")
         show = triple.pre
-        numbers.update(input_floor=z_lo, input_ceiling=z_hi)
+        numbers.update(input_low=z_lo, input_high=z_hi)
     elif last.cause == FLOORED_OUTPUT:
-        why = (f": the outputs stop at about 0 on that side "
-               f"(from {fmt(p_lo)} to {fmt(p_hi)}), as a ReLU-like output layer does, "
-               f"while the targets go {'below' if low else 'above'} it")
+        why = (f". The outputs stop at about 0 on that side (typically from {fmt(p_lo)} "
+               f"to {fmt(p_hi)}), as a ReLU-like output layer does, while the targets go "
+               f"{'below' if low else 'above'} it")
     else:
         why = ": stuck far from them on one side (is the network learning at all?)"
-    explanation = (f"{head}{why}. Seen at {len(steps)} of {recorded} recorded steps, "
-                   f"the last one among them.")
+    explanation = (f"{head}{why}. Seen at {len(steps)} of the last {window} recorded steps "
+                   f"(of {recorded}).")
     return Finding(
         kind=KIND, severity=WARNING, trial_id=data.trial_id, steps=tuple(steps),
         node=p_node, role=p_role, recording_type=FORWARD, explanation=explanation,

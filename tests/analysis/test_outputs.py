@@ -43,8 +43,9 @@ def test_a_relu_like_activation_before_the_sigmoid_is_named(run, last):
     assert finding.node == "output"
     # the page opens the squashed tensor, the value in front of the sigmoid
     assert finding.where["node"] == "logits" and finding.where["statistic"] == "min"
-    assert finding.numbers["output_floor"] > 0.3 and finding.numbers["output_ceiling"] > 0.95
-    assert -0.3 < finding.numbers["input_floor"] <= 0 < 5 < finding.numbers["input_ceiling"]
+    assert finding.numbers["output_low"] > 0.3 and finding.numbers["output_high"] > 0.9
+    low, high = finding.numbers["input_low"], finding.numbers["input_high"]
+    assert high > 3 and -0.3 < low < 0.1 * high  # hardly below 0, far above
     assert "'logits' is squashed on the negative side" in finding.explanation
     assert finding.steps[-1] == 100  # the last recorded step
 
@@ -58,8 +59,8 @@ def test_a_relu_output_for_targets_that_go_negative_is_named(run, register_pre):
     [finding] = run("relu_regression", register_pre=register_pre)
     assert finding.numbers["cause"] == FLOORED_OUTPUT and finding.numbers["side"] == "low"
     assert finding.node == "prediction" and finding.where["node"] == "prediction"
-    assert finding.numbers["output_floor"] == 0.0
-    assert finding.numbers["target_floor"] < -1
+    assert 0 <= finding.numbers["output_low"] < 0.1 * finding.numbers["output_high"]
+    assert finding.numbers["target_low"] < -0.5
     assert "stop at about 0" in finding.explanation
 
 
@@ -70,8 +71,9 @@ def test_the_fixed_regression_raises_nothing(run):
 def test_outputs_stuck_below_every_target_are_named(run):
     [finding] = run("stuck_offset", learns=False)
     assert finding.numbers["cause"] == STUCK and finding.numbers["side"] == "high"
-    assert finding.numbers["output_ceiling"] < finding.numbers["target_floor"]
-    assert finding.numbers["flagged_steps"] == finding.numbers["recorded_steps"] == 6
+    assert finding.numbers["output_high"] < finding.numbers["target_low"]
+    assert finding.numbers["flagged_steps"] == finding.numbers["window_steps"] == 2
+    assert finding.numbers["recorded_steps"] == 6
 
 
 def test_the_network_that_learns_the_offset_raises_nothing(run):
@@ -93,7 +95,7 @@ def test_the_tutorial_bug_is_named_and_the_fix_is_not():
     [finding] = find_in_trial(group, "trial_bugged_original_version", ["outputs"])
     assert finding.numbers["cause"] == SQUASHED_INPUT
     assert finding.where["node"] == "root_module.subnet_out__out"
-    assert finding.numbers["input_floor"] > -1.0 and finding.numbers["input_ceiling"] > 5
+    assert -0.5 < finding.numbers["input_low"] < 0 < 4 < finding.numbers["input_high"]
     assert finding.steps == (590, 592)  # not step 4: the network had not learnt yet
     assert find_in_trial(group, FIXED_TRIAL, ["outputs"]) == []
 
