@@ -16,19 +16,12 @@ torchexplorer's step counter; steps ``k % log_freq == 0`` are recorded. A record
 ends at the next forward of the root (after the optimizer's update, which the recorder
 records) or when watching stops.
 
-Validation passes (own trial): the first forward in eval mode after a recorded training
-step, or before the first training step, is recorded as type of execution
-``validation`` in a trial of its own beside the training trial (``<trial>.validation``,
-made at the first one), numbered with the training step it followed (``-1``: before
-any). Its numbers cannot collide with the training steps', whatever the rhythm of the
-loop (the recorder wants strictly increasing step numbers in a trial, and the GUI one
-step per number), and a validation step ``k`` of that trial sits beside training step
-``k``. Further eval forwards before the next recorded training step are not recorded.
-
-Never raising into training: every hook runs its work inside a :class:`~.guard.Guard`;
-an internal failure is logged once, the step being recorded is dropped (the recorder's
-open step released), the hooks go quiet until the next step, and training goes on
-(counted in the report's ``internal_errors``).
+Validation passes (own trial): the first eval-mode forward after a recorded training
+step (or before the first) is a step of type ``validation`` in the trial
+``<trial>.validation``, numbered with the training step it followed (-1: none), so it
+never collides with a training step. Reentrant checkpointing: ``recompute.py``. Every
+hook's work runs under a ``guard.Guard``: an internal failure is logged once, the step
+is dropped, training goes on (docs/WATCH.md).
 """
 
 from __future__ import annotations
@@ -55,10 +48,11 @@ from .module_graph import (
     structure_key,
     tensor_key,
 )
+from .module_io import BatchTracker, inputs_of, outputs_of
 from .module_io import all_tensors as _all_tensors
 from .module_io import batch_size_of as _batch_size
-from .module_io import inputs_of, outputs_of
 from .module_io import tensor_version as _version
+from .recompute import Recompute
 from .watch_report import build_report, summary_line
 
 log = logging.getLogger("comgra_like")
@@ -124,11 +118,19 @@ class Watcher:
         self.batch_size = 1
         self._iter_key: tuple | None = None
         self.calls: dict[str, int] = {}
-        self.batched: set[str] = set()
-        self.batch_keys: set = set()
-        self.other_keys: set = set()
+        self.batch = BatchTracker(1)
         self.stack: list[Invocation] = []
         self.invocations: list[Invocation] = []
+        # reentrant checkpointing (recompute.py): the calls of a training forward made
+        # without gradients, their registrations, the replay being matched in the
+        # backward, the module graph waiting for it, the modules never replayed
+        self._grad_root = True
+        self.nograd: list[Invocation] = []
+        self.nograd_regs: dict[tuple[str, str], Any] = {}
+        self.recompute: Recompute | None = None
+        self._pending_graph: list[Invocation] | None = None
+        self.not_replayed: set[str] = set()
+        self.checkpointed: set[str] = set()  # modules whose forward was checkpointed
         self.step_outputs: list[tuple[str, str, torch.Tensor]] = []  # module, inv id, tensor
         self.snapshots: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.backward_count = 0
@@ -198,6 +200,11 @@ class Watcher:
 
         def pre(module, args, kwargs):
             if not watcher.active:
+                if watcher.recompute is not None:  # the backward replays a checkpoint
+                    try:
+                        watcher.recompute.enter(name, args, kwargs)
+                    except Exception as e:  # noqa: BLE001 - never into training
+                        watcher.guard.failed("a module's forward pre-hook (recomputed)", e)
                 return
             try:
                 watcher._enter(name, cls, module, args, kwargs)
@@ -211,6 +218,11 @@ class Watcher:
 
         def post(module, args, kwargs, output):
             if not watcher.active:
+                if watcher.recompute is not None:
+                    try:
+                        watcher.recompute.leave(name, output)
+                    except Exception as e:  # noqa: BLE001 - never into training
+                        watcher.guard.failed("a module's forward hook (recomputed)", e)
                 return
             try:
                 watcher._leave(name, output)
@@ -299,6 +311,7 @@ class Watcher:
             self.step_no = rec.training_step
             self.toe = rec.type_of_execution or "undecided"
             self.iteration = rec.iteration
+            self._grad_root = torch.is_grad_enabled()
             self.batch_size = rec._batch_size or _batch_size(args, kwargs)
             self._reset_iteration()
         self._set_active(True)
@@ -321,6 +334,8 @@ class Watcher:
         self._begin_iteration()
 
     def _begin_iteration(self) -> None:
+        self._finish_recompute()  # a further forward before any backward
+        self._grad_root = torch.is_grad_enabled()
         if not self.s.structure_only:
             self.rec.start_iteration()
         self.iteration += 1
@@ -328,9 +343,8 @@ class Watcher:
         self._set_active(True)
 
     def _reset_iteration(self) -> None:
-        self.batched: set[str] = set()  # invocations given the step's input
-        self.batch_keys: set = set()  # outputs that derive from it (batch dimension 0)
-        self.other_keys: set = set()  # outputs of invocations that were not given it
+        self.nograd, self.nograd_regs = [], {}
+        self.batch = BatchTracker(self.batch_size)
         self.calls = {}
         self.stack = []
         self.invocations = []
@@ -341,6 +355,7 @@ class Watcher:
         self.open_skipped = False
         if self.open is None:
             return
+        self._finish_recompute()  # no backward came
         toe, self.open = self.open, None
         self._set_active(False)
         rec, self.rec = self.rec, self.train_rec
@@ -369,8 +384,19 @@ class Watcher:
             if self.own and self.s.delay_log_multi_backward and self.open_skipped:
                 self._watch_backward(output, self._mark_backward)
             return
-        self._set_active(False)
-        self._send_module_graph()
+        if self.own and self.open == TRAINING and self.nograd:
+            # reentrant checkpointing: the hooks stay for the replay in the backward, and
+            # the module graph waits for its edges (recompute.py)
+            self.active = False
+            self.recompute = Recompute(self.nograd, self.nograd_regs)
+            self.recompute.rekey("io_grad" in self.s.log)
+            self.recompute.watch_results(self.invocations)
+            self._pending_graph = self.invocations
+        else:
+            if not self.own:  # recorder=: the user's loop records the gradients
+                self.not_replayed |= {inv.module for inv in self.nograd}
+            self._set_active(False)
+            self._send_module_graph(self.invocations)
         self.invocations = []
         self.stack = []
         if not self.own:
@@ -396,14 +422,19 @@ class Watcher:
         inv = Invocation(inv_id, name, parent, cls, extra)
         retain = name not in self.ignored
         kind = INPUT if not self.stack else CALCULATED
-        enclosing = self.stack[-1].id in self.batched if self.stack else True
-        if any(self._from_input(t, enclosing) for t in _all_tensors(args, kwargs)):
-            self.batched.add(inv_id)
+        batch = self.batch
+        enclosing = batch.enclosing(self.stack[-1].id if self.stack else None)
+        batch.enter(inv_id, enclosing, _all_tensors(args, kwargs))
+        nograd = self._grad_root and not torch.is_grad_enabled()
+        if nograd:  # (a reentrant checkpoint, or torch.no_grad() inside the forward)
+            self.nograd.append(inv)
         for role, t in inputs_of(args, kwargs):
             key = tensor_key(t)
             inv.inputs.append((role, t, key))
-            self._register(inv_id, role, t, kind, retain,
-                           self._from_input(t, enclosing, key))
+            reg = self._register(inv_id, role, t, kind, retain,
+                                 batch.from_input(t, enclosing, key))
+            if nograd and reg is not None:
+                self.nograd_regs[(inv_id, role)] = reg
         self.stack.append(inv)
         self.invocations.append(inv)
         self.called.add(name)
@@ -421,13 +452,14 @@ class Watcher:
             return
         self.with_output.add(name)
         retain = name not in self.ignored
-        batched = inv.id in self.batched
+        batched = inv.id in self.batch.given
         for role, t in found:
             key = tensor_key(t)
             inv.outputs.append((role, t, key))
-            derived = batched and self._leading_batch(t)
-            (self.batch_keys if derived else self.other_keys).add(key)
-            self._register(inv.id, role, t, CALCULATED, retain, derived)
+            derived = self.batch.output(batched, t, key)
+            reg = self._register(inv.id, role, t, CALCULATED, retain, derived)
+            if reg is not None and self.nograd and not t.requires_grad:
+                self.nograd_regs[(inv.id, role)] = reg
             if retain and t.requires_grad:
                 self.step_outputs.append((name, inv.id, t))
 
@@ -455,42 +487,22 @@ class Watcher:
         self.invocations.append(inv)
         self.called.add(node)
         self.with_output.add(node)
-        enclosing = self.stack[-1].id in self.batched if self.stack else True
+        enclosing = self.batch.enclosing(self.stack[-1].id if self.stack else None)
         self._register(inv_id, "output 0", tensor, CALCULATED, True,
-                       self._from_input(tensor, enclosing, key))
+                       self.batch.from_input(tensor, enclosing, key))
         if tensor.requires_grad:
             self.step_outputs.append((node, inv_id, tensor))
 
     # ----- the batch dimension -----------------------------------------------------------
 
-    def _leading_batch(self, t: torch.Tensor) -> bool:
-        """Whether ``t`` can have a batch dimension: its leading one, of the step's batch
-        size (a parameter never has one)."""
-        return (t.dim() > 0 and int(t.shape[0]) == self.batch_size
-                and not isinstance(t, torch.nn.Parameter))
-
-    def _from_input(self, t: torch.Tensor, enclosing: bool, key: object = None) -> bool:
-        """Whether ``t`` derives from the step's input and has it as leading dimension:
-        an output of an invocation that was given the input (``batch_keys``), not one of
-        an invocation that was not (``other_keys``); a tensor made between module calls
-        goes with the invocation it was made in (``enclosing``: the root's arguments are
-        the step's input)."""
-        if not self._leading_batch(t):
-            return False
-        key = tensor_key(t) if key is None else key
-        if key in self.batch_keys:
-            return True
-        if key in self.other_keys:
-            return False
-        return enclosing
-
     def _register(self, node: str, role: str, t: torch.Tensor, kind: str, retain: bool,
-                  batched: bool = False) -> None:
+                  batched: bool = False):
+        """Book ``t`` in the recorder's step; returns its Registration (None: not booked)."""
         if self.s.structure_only:
-            return
+            return None
         step = self.rec._step
         if step is None:
-            return
+            return None
         key = (id(t), _version(t))
         snap = self.snapshots.get(key)
         if snap is None:
@@ -501,10 +513,11 @@ class Watcher:
             reg = step.book(f"{node} {role}", t, node, role, kind, self.iteration, batch_dim,
                             False, False, None, -1, t.grad_fn)
         except ComgraError:
-            return  # the user registered this node and role already
+            return None  # the user registered this node and role already
         reg.values = snap[1]
         if retain and "io_grad" in self.s.log and t.grad_fn is not None:
             t.retain_grad()
+        return reg
 
     # ----- gradients --------------------------------------------------------------------
 
@@ -536,7 +549,12 @@ class Watcher:
 
     def _backward_done_work(self) -> None:
         self.backward_seen = True
-        if self.open != TRAINING or self.s.structure_only:
+        if self.open != TRAINING:
+            return
+        if self.recompute is not None and "io_grad" in self.s.log:
+            self.got_gradient |= self.recompute.apply()  # before the gradients are read
+        if self.s.structure_only:
+            self._finish_recompute()
             return
         self.backward_count += 1
         group = "backward" if self.backward_count == 1 else f"backward_{self.backward_count}"
@@ -548,12 +566,28 @@ class Watcher:
         if "io_grad" in self.s.log:
             for name, _inv, t in self.step_outputs:
                 (self.got_gradient if t.grad is not None else self.no_gradient).add(name)
+        self._finish_recompute()
+
+    def _finish_recompute(self) -> None:
+        """Send the module graph that waited for a checkpoint's replay, with the edges
+        the replay showed; the hooks come off."""
+        rc, self.recompute = self.recompute, None
+        pending, self._pending_graph = self._pending_graph, None
+        if rc is None:
+            return
+        self._set_active(False)
+        self.not_replayed |= set(rc.not_replayed())
+        if pending is not None:
+            self._send_module_graph(pending, rc.edges(pending))
+        self.checkpointed |= set(rc.boundaries)
 
     # ----- module graph, configuration, report ------------------------------------------
 
-    def _send_module_graph(self) -> None:
-        invocations = self.invocations
+    def _send_module_graph(self, invocations: list[Invocation],
+                           more_edges: list[list[str]] = ()) -> None:
         edges = edges_of(invocations)
+        if more_edges:
+            edges = sorted({tuple(e): e for e in [*edges, *more_edges]}.values())
         # Steps repeat their structure: a key of plain tuples finds its hash without
         # building and hashing the JSON again
         key = structure_key(invocations, edges, self.batch_size)
@@ -612,6 +646,7 @@ class Watcher:
         self._set_active(False)
         self.stack, self.invocations, self.step_outputs = [], [], []
         self.snapshots = {}
+        self.recompute, self._pending_graph = None, None
         if not self.own:
             rec = self.rec
             self._dropped_key = (rec.training_step, rec.iteration)

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from .module_graph import tensor_key
+
 MAX_DEPTH = 4  # nesting of tuples, dicts and dataclasses searched for tensors
 
 
@@ -94,3 +96,44 @@ def all_tensors(args: tuple, kwargs: dict) -> list:
         elif depth < MAX_DEPTH and isinstance(obj, dict):
             todo.extend((x, depth + 1) for x in obj.values())
     return found
+
+
+class BatchTracker:
+    """Which tensors of one forward have a batch dimension (dimension 0, of the step's
+    batch size): those that derive from the step's input. An output of a call that was
+    given the input (``given``: a tensor argument from it) derives from it, an output of
+    one that was not does not (a parameter, or a tensor made from parameters alone,
+    never does); a tensor made between module calls goes with the call it was made in
+    (``enclosing``; the root's arguments are the step's input)."""
+
+    def __init__(self, batch_size: int):
+        self.batch_size = batch_size
+        self.given: set[str] = set()  # invocations given the step's input
+        self.keys: set = set()  # outputs that derive from it
+        self.other_keys: set = set()  # outputs of invocations that were not given it
+
+    def enclosing(self, parent_id: str | None) -> bool:
+        return parent_id is None or parent_id in self.given
+
+    def leading(self, t: torch.Tensor) -> bool:
+        return (t.dim() > 0 and int(t.shape[0]) == self.batch_size
+                and not isinstance(t, torch.nn.Parameter))
+
+    def from_input(self, t: torch.Tensor, enclosing: bool, key: object = None) -> bool:
+        if not self.leading(t):
+            return False
+        key = tensor_key(t) if key is None else key
+        if key in self.keys:
+            return True
+        if key in self.other_keys:
+            return False
+        return enclosing
+
+    def enter(self, inv_id: str, enclosing: bool, arguments: list) -> None:
+        if any(self.from_input(t, enclosing) for t in arguments):
+            self.given.add(inv_id)
+
+    def output(self, given: bool, t: torch.Tensor, key: object) -> bool:
+        derived = given and self.leading(t)
+        (self.keys if derived else self.other_keys).add(key)
+        return derived

@@ -11,6 +11,8 @@ NO_TENSOR_OUTPUT = "no tensor output"
 NEVER_CALLED = "never called"
 EVAL_MODE = "eval mode"
 NO_GRADIENT = "no gradient reached it"
+NO_AUTOGRAD = "ran without gradients"
+CHECKPOINT_OUTPUT = "checkpointed forward"
 
 
 def build_report(w) -> dict:
@@ -33,6 +35,20 @@ def build_report(w) -> dict:
             skipped.append({"module": name, "reason": NO_GRADIENT,
                             "detail": "no output of it received a gradient in the "
                                       "recorded backward passes"})
+        for name in sorted(w.not_replayed - w.got_gradient):
+            skipped.append({"module": name, "reason": NO_AUTOGRAD,
+                            "detail": "called without gradients inside a training forward "
+                                      "(torch.no_grad(), or reentrant checkpointing whose "
+                                      "recomputation the backward did not run): no io_grad, "
+                                      "and no module graph edges through its inside"})
+        for name in sorted(w.checkpointed):
+            skipped.append({"module": name, "reason": CHECKPOINT_OUTPUT,
+                            "detail": "its forward ran under reentrant checkpointing: the "
+                                      "io_grad and module graph edges inside it come from the "
+                                      "recomputation in the backward, but the edges from "
+                                      "inside it to its output are missing (the recomputed "
+                                      "output is not visible to module hooks; "
+                                      "use_reentrant=False records them)"})
     if w.eval_skipped is not None:
         skipped.append({"module": w.root, "reason": EVAL_MODE,
                         "detail": f"validation passes are not recorded: {w.eval_skipped}"})
