@@ -41,16 +41,23 @@ def test_no_warning(runs, setup):
     checks.no_warnings(runs(name, **options)[1])
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "watch's eval_mode='record' records the validation forward after each unrecorded "
-    "training step (steps 1, 3, 5, 7 with log_freq=2) instead of after the recorded ones "
-    "(0, 2, 4, 6): a defect in record/hooks.py, being fixed there"))
 def test_validation_recorded_after_recorded_steps_only(runs):
     # eval_mode="record": the first eval forward after a recorded training step is
-    # recorded as validation at that step; the ones after unrecorded steps are not.
+    # recorded as validation, numbered with that step, in the trial "<trial>.validation";
+    # the ones after unrecorded steps are not.
     bare, watched = runs("vit", validate=True)
     assert len(bare.validation_losses) == STEPS
-    h = open_group(watched.group).read_histograms(watched.trial)
-    validation = h[h.type_of_execution == "validation"]
+    group = open_group(watched.group)
+    assert {t.trial_id for t in group.list_trials()} == {watched.trial,
+                                                         f"{watched.trial}.validation"}
+    training = group.read_histograms(watched.trial)
+    assert set(training.type_of_execution) == {"training"}
+    validation = group.read_histograms(f"{watched.trial}.validation")
+    assert set(validation.type_of_execution) == {"validation"}
     assert sorted(set(validation.training_step)) == checks.RECORDED
     assert set(validation.what) == {"io", "params"}  # no gradients without backward
+    # each recorded validation forward is whole: every module the forward calls
+    called = models.called_modules(models.CASES["vit"])
+    for step in checks.RECORDED:
+        io = validation[(validation.training_step == step) & (validation.what == "io")]
+        assert called <= {n.split("#")[0] for n in io.node}, step
