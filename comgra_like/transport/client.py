@@ -186,8 +186,12 @@ class WriterClient:
 
         def run():
             while True:
+                wait = worker.seconds_to_flush()
+                # woken at least twice a second: a background write's failure is
+                # reported then (tick), not only with the next message
+                wait = 0.5 if wait is None else min(wait, 0.5)
                 try:
-                    msg = self._to_worker.get(timeout=worker.seconds_to_flush())
+                    msg = self._to_worker.get(timeout=wait)
                 except queue.Empty:
                     worker.tick()
                     worker.report_failure(self._from_worker.put)

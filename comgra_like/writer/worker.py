@@ -236,7 +236,10 @@ class Worker:
         self.shards.wait()
 
     def tick(self) -> None:
-        """Called when ``seconds_to_flush`` has passed without a message."""
+        """Called when ``seconds_to_flush`` has passed without a message (and at least
+        every half second): a write that failed in the background is reported now, not
+        at the next step."""
+        self._guard(self.uploads.raise_error)
         if self.failed is None and self.shards.must_flush():
             self._guard(self._write)
 
