@@ -481,7 +481,9 @@ class Group:
         key = self._key(_LIST, trial_id, (int(training_step), rank))
         cached = self._cache.get(key)
         if cached is None:
-            table = self._step_table(trial_id, training_step, rank, KEY_COLUMNS)
+            # the rows without values: what read_tensor of a large step reads too (one
+            # cached read for both), and a damaged shard shows before a tensor is chosen
+            table = self._step_table(trial_id, training_step, rank, NO_VALUES)
             cached = to_pandas(table.select([c for c in KEY_COLUMNS if c != "shape"]))
             cached["shape"] = [tuple(s) for s in table.column("shape").to_pylist()]
             self._cache.put(key, cached, estimate_bytes(cached) * 4)
