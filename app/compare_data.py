@@ -20,6 +20,13 @@ import pandas as pd
 
 from comgra_like.analysis import SEVERITIES
 from comgra_like.analysis.core import where as finding_where
+from comgra_like.query.trials import (
+    CONFIG_PREFIX,
+    FINDINGS_PREFIX,
+    FIXED_COLUMNS,
+    KPI_PREFIX,
+    trials_table,
+)
 from comgra_like.vocabulary import BATCH_MEAN, NO_BATCH
 
 from . import compare_figures as cf
@@ -37,29 +44,61 @@ def versions(data: Any, trials: Sequence[str]) -> tuple:
 
 def trials_frame(data: Any, with_findings: bool = False) -> pd.DataFrame:
     """``Group.read_trials`` of the whole group (with the findings by severity from
-    ``AppData.findings``, which scans each trial once per data version)."""
+    ``AppData.findings``, which scans each trial once per data version).
+
+    Built row by row, each row cached per trial and data version: while a sweep runs, a
+    refresh that finds new data in one trial reads that trial's row again, not 200."""
     if data.group is None:
         return pd.DataFrame(columns=["trial_id"])
-    key = ("compare-trials", versions(data, data.trial_ids()), with_findings)
+    infos = data.group.list_trials()
+    key = ("compare-trials", versions(data, [i.trial_id for i in infos]), with_findings)
+    return data.cached(key, lambda: _table(data, infos, with_findings))
 
+
+def _table(data: Any, infos: Sequence[Any], with_findings: bool) -> pd.DataFrame:
     def counts(trial: str) -> dict[str, int]:
         out = dict.fromkeys(SEVERITIES, 0)
         for f in data.findings(trial):
             out[f["severity"]] = out.get(f["severity"], 0) + 1
         return out
 
-    return data.cached(key, lambda: data.group.read_trials(
-        findings=counts if with_findings else None))
+    def row(info: Any) -> pd.DataFrame:
+        return trials_table(_OneTrial(data.group, info),
+                            findings=counts if with_findings else None)
+
+    rows = [data.cached(("compare-row", i.trial_id, data.trial_version(i.trial_id),
+                         with_findings), lambda i=i: row(i)) for i in infos]
+    if not rows:
+        return data.group.read_trials()
+    frame = pd.concat(rows, ignore_index=True)
+    named = [c for c in frame.columns if c not in FIXED_COLUMNS]
+    order = (list(FIXED_COLUMNS) + sorted(c for c in named if c.startswith(CONFIG_PREFIX))
+             + sorted(c for c in named if c.startswith(KPI_PREFIX))
+             + [c for c in named if c.startswith(FINDINGS_PREFIX)])
+    return frame[order]
+
+
+class _OneTrial:
+    """A group that lists one trial (for ``trials_table`` of a single row)."""
+
+    def __init__(self, group: Any, info: Any):
+        self._group, self._info = group, info
+
+    def list_trials(self) -> list:
+        return [self._info]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
 
 
 def config_keys(frame: pd.DataFrame) -> list[str]:
     """The config keys of the table (without the ``config.`` prefix)."""
-    prefix = cf.CONFIG_PREFIX
+    prefix = CONFIG_PREFIX
     return [c[len(prefix):] for c in frame.columns if c.startswith(prefix)]
 
 
 def config_values(frame: pd.DataFrame, key: str) -> dict[str, Any]:
-    column = cf.CONFIG_PREFIX + key
+    column = CONFIG_PREFIX + key
     if column not in frame.columns:
         return {}
     return dict(zip(frame["trial_id"], frame[column]))

@@ -177,7 +177,7 @@ def overlay_figure(series: Mapping[str, Series], title: str, *, weight: float = 
     fig = go.Figure()
     if groups is None:
         for i, (trial, (s, v)) in enumerate(shown.items()):
-            fig.add_trace(go.Scattergl(
+            fig.add_trace(go.Scatter(
                 x=s, y=v, mode="lines" if len(s) > 1 else "markers", name=trial,
                 line={"color": COLOURS[i % len(COLOURS)], "width": 1.6},
                 hovertemplate=f"{trial}<br>step %{{x}}<br>%{{y:.4g}}<extra></extra>"))

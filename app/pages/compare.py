@@ -16,6 +16,7 @@ Reads go through ``app/compare_data.py``; figures and table rows are built by
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -152,7 +153,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         State(TABLE, "columns"))
     def show_table(_status: Any, search: str | None, findings: list | None,
                    shown_columns: list | None) -> tuple:
+        started = time.perf_counter()
         frame = data_of.trials_frame(data, with_findings=bool(findings))
+        parts.timings.record("compare.table", time.perf_counter() - started)
         rows = cf.table_rows(frame, search)
         columns = cf.table_columns(frame)
         keys = data_of.config_keys(frame)
@@ -187,11 +190,19 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if quantity is None:
             return cf.empty_figure("Nothing of this kind in the ticked trials.")
         statistic = statistic or "mean"
+        started = time.perf_counter()
         series = {t: data_of.series(data, t, quantity, statistic) for t in trials}
+        parts.timings.record("compare.series", time.perf_counter() - started)
+        figure = _overlay_figure(series, quantity, statistic, weight, group_by, band)
+        parts.timings.record("compare.overlay", time.perf_counter() - started)
+        return figure
+
+    def _overlay_figure(series: dict, quantity: list, statistic: str, weight: Any,
+                        group_by: str | None, band: str | None) -> Any:
         groups = None
         if group_by and group_by != NO_GROUPING:
             frame = data_of.trials_frame(data)
-            groups = cf.group_trials(trials, data_of.config_values(frame, group_by))
+            groups = cf.group_trials(list(series), data_of.config_values(frame, group_by))
         return cf.overlay_figure(series, data_of.quantity_label(quantity, statistic),
                                  weight=float(weight or 0), groups=groups,
                                  band=band or cf.BAND_STD,
@@ -207,7 +218,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             text = "Tick two trials to see where they first differ."
             return text, None, True, True, True, ""
         a, b = trials[:2]
+        started = time.perf_counter()
         found = data_of.divergence(data, a, b)
+        parts.timings.record("compare.divergence", time.perf_counter() - started)
         places = [found.get("where_a"), found.get("where_b")]
         note = (f"first trial {a!r}, second {b!r}; the Tensors page shows one trial at "
                 "a time")

@@ -146,3 +146,20 @@ def test_first_divergence_names_the_step_and_where_to_open_it(sweep):
     assert found["where_a"]["node"] == found["where_b"]["node"]
     same = cd.divergence(data, "lr0.05-s0", "lr0.05-s0")
     assert same["where_a"] is None and "Not compared" in same["text"]
+
+
+def test_a_trial_recorded_later_joins_the_table_and_the_other_rows_stay(sweep):
+    data, _ = sweep
+    before = cd.trials_frame(data)
+    kept = data.cache.bytes
+    root = data.path.parent
+    train(root, "lr0.1-late", 0.1, 2, range(0, 8, 4))
+    data.refresh(force=True)
+    after = cd.trials_frame(data)
+    assert len(after) == len(before) + 1
+    late = after.set_index("trial_id").loc["lr0.1-late"]
+    assert late["config.optim.lr"] == 0.1 and late["steps_recorded"] == 2
+    # the rows of the trials that did not change stay as they were
+    same = after[after["trial_id"] != "lr0.1-late"].reset_index(drop=True)
+    assert same.equals(before.reset_index(drop=True)[same.columns])
+    assert data.cache.bytes >= kept
