@@ -405,7 +405,8 @@ def trace_meta(figure: Mapping[str, Any]) -> list:
 def point_of(event: Mapping[str, Any] | None, traces: Sequence[Any] | None) -> dict | None:
     """``{trial, module, training_step, backward_pass, rank}`` of a clicked or hovered
     point, from the trace index and point index of the event and the figure's
-    :func:`trace_meta`; None off the points (or for a figure since replaced)."""
+    :func:`trace_meta`; None off the points (or for a figure since replaced). A heatmap's
+    meta has a sixth entry, the module of each row label (the event's ``y``)."""
     points = (event or {}).get("points") or []
     traces = traces or []
     for point in points:
@@ -415,6 +416,11 @@ def point_of(event: Mapping[str, Any] | None, traces: Sequence[Any] | None) -> d
         meta = traces[curve]
         if not isinstance(meta, (list, tuple)) or len(meta) < 5:
             continue
+        module = meta[1]
+        if len(meta) > 5 and isinstance(meta[5], Mapping):  # a heatmap: row label -> module
+            module = meta[5].get(str(point.get("y")))
+            if module is None:
+                continue
         steps = meta[4]
         if steps is not None:  # a window's mean: the step a click on it leads to
             if not isinstance(index, int) or not 0 <= index < len(steps) or steps[index] is None:
@@ -424,7 +430,7 @@ def point_of(event: Mapping[str, Any] | None, traces: Sequence[Any] | None) -> d
             step = point.get("x")
             if step is None:
                 continue
-        return {"trial": str(meta[0]), "module": str(meta[1]), "training_step": int(step),
+        return {"trial": str(meta[0]), "module": str(module), "training_step": int(step),
                 "backward_pass": int(meta[2]),
                 "rank": None if meta[3] is None else int(meta[3])}
     return None

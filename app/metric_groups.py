@@ -343,6 +343,7 @@ def heatmap_figure(
     metric: str,
     *,
     modules: Sequence[str] | None = None,
+    trial: str = "",
     log_colour: bool | None = None,
     row_height: int = 14,
     max_height: int = 900,
@@ -351,8 +352,9 @@ def heatmap_figure(
     trace lists them bottom-up, as plotly draws categories),
     one column per computed step, the colour the value (log₁₀ when ``log_colour``, or by
     default when every value is positive and they span more than two decades); blank
-    where the metric was not computed. Of one trial (the first backward pass, lowest
-    rank)."""
+    where the metric was not computed. Of one trial (``trial``: the first backward pass,
+    lowest rank); the trace's ``meta`` names each row label's module, so that a click on a cell
+    opens its step and module (``metric_figures.point_of``)."""
     if frame is None or frame.empty:
         return empty_figure(f"No values of {metric} for this choice yet.", height=320)
     part = frame[frame["metric"] == metric]
@@ -401,6 +403,11 @@ def heatmap_figure(
         "customdata": [[None if not np.isfinite(v) else float(v) for v in row]
                        for row in z[::-1]],
         "colorscale": "Viridis", "hoverongaps": False,
+        # whose each cell is: a click opens its step and module (metric_figures.point_of)
+        "meta": [trial, None, int(part["backward_pass"].min())
+                 if "backward_pass" in part else 0,
+                 int(part["rank"].min()) if "rank" in part else None, None,
+                 dict(zip(labels, rows))],
         "colorbar": {"title": {"text": f"log₁₀ {metric}" if log_colour else metric,
                                "side": "right"}, "thickness": 10},
         "hovertemplate": "%{y}<br>step %{x}<br>" + plot_text(metric)

@@ -396,7 +396,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                                        log_y="log" in (log or []))
         elif chosen_view == HEATMAP:
             figure = mg.heatmap_figure(next(iter(frames.values()), None), metric,
-                                       modules=filtered)
+                                       modules=filtered, trial=trials[0] if trials else "")
         else:
             figure = mfig.metric_figure(
                 frames, metric, modules=filtered, colours=colours, window=window,

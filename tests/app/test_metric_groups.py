@@ -138,3 +138,12 @@ def test_heatmap_shape_and_order():
     assert z[-1][1] is None and z[-1][0] is not None
     assert mg.heatmap_figure(frame(), "WeightNorm", modules=MODULES[:8])["data"][0]["y"][-1] == \
         "h.0.attn.c_attn"
+    # a click on a cell opens its step and module
+    fig = mg.heatmap_figure(frame(), "WeightNorm", trial="a")
+    labels = fig["data"][0]["y"]
+    row = labels.index("h.10.mlp.c_fc")
+    # (dcc.Graph's click data of a heatmap: x and y, no point number)
+    point = mfig.point_of({"points": [{"curveNumber": 0, "x": 4, "y": labels[row]}]},
+                          mfig.trace_meta(fig))
+    assert point == {"trial": "a", "module": "model.transformer.h.10.mlp.c_fc",
+                     "training_step": 4, "backward_pass": 0, "rank": None}

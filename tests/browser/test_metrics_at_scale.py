@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from comgra_like.app import create_app
+from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from comgra_like.app.pages import metrics as page
 
 from tests.browser.helpers import wait_until
@@ -129,3 +130,26 @@ def test_metrics_page_at_48_modules(dash_duo, gpt2_group):
     rows = next(t for t in fig["traces"] if t["type"] == "heatmap")["y"][::-1]
     assert rows[:LAYERS] == [f"h.{i}.attn.c_attn" for i in range(LAYERS)]
     assert len(rows) == 48 and rows[LAYERS] == "h.0.attn.c_proj"
+
+    # a click on a cell opens the Modules page at that module and step
+    dash_duo.find_element(f"#{page.TARGET} input[value='/modules']").click()
+    # the cell's place in the window
+    plot = dash_duo.find_element(".metrics-card[data-metric='WeightNorm'] .js-plotly-plot")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
+    x, y = dash_duo.driver.execute_script(
+        """
+        const gd = arguments[0];
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const box = gd.getBoundingClientRect();
+        return [box.left + xa._offset + xa.l2p(xa.d2l(arguments[2])),
+                box.top + ya._offset + ya.l2p(ya.d2l(arguments[1]))];
+        """, plot, "h.3.mlp.c_fc", 2)
+    actions = ActionBuilder(dash_duo.driver)
+    actions.pointer_action.move_to_location(int(x), int(y))
+    actions.pointer_action.click()
+    actions.perform()
+    wait_until(lambda: dash_duo.driver.current_url.endswith("/modules"),
+               what="the Modules page")
+    wait_until(lambda: dash_duo.find_elements(
+        ".modules-panel[data-module='model.transformer.h.3.mlp.c_fc']"),
+        what="the clicked module's panel")
