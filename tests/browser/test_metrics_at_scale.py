@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from comgra_like.app import create_app
-from selenium.webdriver.common.actions.action_builder import ActionBuilder
 from comgra_like.app.pages import metrics as page
+from selenium.webdriver.common.actions.action_builder import ActionBuilder
 
 from tests.browser.helpers import wait_until
 
