@@ -97,11 +97,18 @@ class Wrong(UserMetric):
         return data["output"]  # a whole tensor, not a number
 
 
-def test_a_user_metric_returning_no_number_is_a_clear_error(tmp_path):
+def test_a_user_metric_returning_no_number_is_a_clear_error(tmp_path, caplog):
     net = nn.Sequential(nn.Linear(2, 3))
     handle = watch(net, log_freq=100, standalone_dir=str(tmp_path / "g"), trial_id="t",
                    verbose=False, metrics={"0": [Wrong]})
     net(torch.randn(4, 2)).sum().backward()
-    with pytest.raises(ConfigurationError, match=r"'Wrong' returned a tensor of shape \(4, 3\)"):
-        net(torch.randn(4, 2))  # the next step sends the first: compute() runs then
+    # the next step sends the first: compute() runs then; inside the training forward
+    # the error is logged once (with the hooks' other failures) and training goes on
+    with caplog.at_level("WARNING", logger="comgra_like"):
+        net(torch.randn(4, 2))
+        net(torch.randn(4, 2))
     handle.unwatch()
+    errors = [r for r in caplog.records if "internal error" in r.getMessage()]
+    assert len(errors) == 1
+    assert "'Wrong' returned a tensor of shape (4, 3)" in errors[0].getMessage()
+    assert isinstance(errors[0].exc_info[1], ConfigurationError)
