@@ -159,3 +159,29 @@ def test_a_store_that_never_comes_back_says_the_trial_could_not_be_marked(
         _stop(proc)
     gate.open()
     assert open_group(f"{root}/g").list_trials()[0].status == "running"
+
+
+def test_a_full_buffer_holds_training_until_the_store_is_back(gate, monkeypatch, tmp_path):
+    root = use_server(monkeypatch, gate.endpoint)
+    monkeypatch.setenv("COMGRA_LIKE_STORE_RETRY_SECONDS", "90")
+    monkeypatch.setenv("COMGRA_LIKE_STORE_BUFFER_MB", "0")  # nothing kept beyond 2 shards
+    steps = 80
+    proc, seen = _start(root, "t", steps, tmp_path / "stderr")
+    try:
+        _wait(lambda: len(_steps(seen)) >= 5, "five steps")
+        gate.close()
+        time.sleep(10)
+        during = len(_steps(seen))
+        time.sleep(2)
+        stalled = len(_steps(seen)) == during  # training waits for the writer
+        gate.open()
+        _wait(lambda: "finalized" in seen or proc.poll() is not None, "the end of training",
+              240)
+        assert proc.wait(60) == 0, (tmp_path / "stderr").read_text()
+    finally:
+        _stop(proc)
+    assert stalled and during < steps, during
+    log = (tmp_path / "stderr").read_text()
+    assert "are full (COMGRA_LIKE_STORE_BUFFER_MB)" in log, log
+    assert open_group(f"{root}/g").list_trials()[0].status == "finished"
+    assert _stored_steps(root, "t") == list(range(steps))
