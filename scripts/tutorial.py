@@ -562,7 +562,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Recorded {len(summaries)} trials in {group_dir}")
     print("Open them in the GUI with:")
     print(f"  {gui_command(group_dir)}")
+    if not args.quiet:
+        print_findings(group_dir)
     return 0
+
+
+def print_findings(group_dir: str | os.PathLike, stream: TextIO | None = None) -> None:
+    """What ``comgra findings`` says at warning or above (the Findings page's list): on
+    the tutorial's trials, the bug of ``trial_bugged_original_version`` once the network
+    has learnt enough to show it (the output-range detector)."""
+    from comgra_like.analysis import WARNING, at_least, find
+
+    stream = sys.stdout if stream is None else stream
+    found = at_least(find(group_dir), WARNING)
+    if not found:
+        print("Findings (comgra findings): none at warning or above.", file=stream)
+        return
+    print(f"Findings (comgra findings --path {group_dir}):", file=stream)
+    for f in found:
+        print(f"  {f.severity} {f.kind} in {f.trial_id}: {f.explanation}", file=stream)
 
 
 if __name__ == "__main__":

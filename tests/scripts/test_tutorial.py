@@ -292,3 +292,17 @@ def test_command_line_rejects_bad_arguments(tmp_path, capsys):
     assert tutorial.main(["--steps", "5", "--long", "--path", str(tmp_path)]) == 2
     assert "--steps" in capsys.readouterr().err
     assert not os.listdir(tmp_path)
+
+
+def test_the_findings_are_printed_after_a_run(recorded, capsys):
+    from pathlib import Path
+
+    # on the committed example (600 steps) the bug shows and is named ...
+    example = Path(__file__).resolve().parents[2] / "example_runs" / "tutorial"
+    tutorial.print_findings(example)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Findings (comgra findings --path")
+    assert len(lines) == 2 and "output_range in trial_bugged_original_version" in lines[1]
+    # ... after 192 steps it does not yet: the line says so
+    tutorial.print_findings(recorded[0])
+    assert capsys.readouterr().out == "Findings (comgra findings): none at warning or above.\n"
