@@ -35,7 +35,8 @@ HELPER = "helper_partial_sums"
 
 @pytest.fixture(scope="module")
 def group():
-    assert GROUP_DIR.is_dir(), f"{GROUP_DIR} is missing: run benchmarks/make_example_run.py"
+    assert GROUP_DIR.is_dir(), (f"{GROUP_DIR} is missing: python -m "
+                                "comgra_like.scripts.make_examples")
     g = open_group(GROUP_DIR)
     g.refresh()
     return g
