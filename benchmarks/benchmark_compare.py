@@ -164,6 +164,49 @@ def choose(driver, dropdown: str, text: str) -> float:
     return started
 
 
+def shoot(driver, url: str, out: Path) -> None:
+    """The page on ten trials of the four lr values: the loss grouped by lr with its std
+    band, smoothed, and the first divergence of the first two."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.set_window_size(1400, 1330)
+    driver.execute_script("window.sessionStorage.clear();")
+    table_time(driver, url, 200)
+    search = driver.find_element(By.CSS_SELECTOR, "#compare-search")
+    search.send_keys("s00", Keys.ENTER)
+    wait(driver, lambda: js(driver, ROWS)[0] == 10)
+    tick_rows(driver, 10)
+    wait(driver, lambda: js(driver, TRACES)[0] == 10, timeout=60)
+    choose(driver, "#compare-group-by", "lr")
+    wait(driver, lambda: js(driver, TRACES)[0] == 8, timeout=60)
+    driver.find_element(By.CSS_SELECTOR, "#compare-log-y input").click()
+    handles = driver.find_elements(By.CSS_SELECTOR, "#compare-smoothing [role=slider]")
+    if handles:  # smoothing 0.6: the slider moves by its step (0.01) per key
+        handles[0].send_keys(*[Keys.ARROW_RIGHT] * 60)
+    else:
+        print("no slider handle found: the screenshot is not smoothed")
+    wait(driver, lambda: "first differ" in driver.find_element(
+        By.CSS_SELECTOR, "#compare-divergence").text, timeout=120)
+    _browser.settle(driver)
+    _browser.park_pointer(driver)
+    _browser.save_screenshot(driver, out)
+    shrink(out)
+
+
+def shrink(path: Path) -> None:
+    """The PNG in 256 colours when Pillow is installed (not a dependency)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        print("Pillow not installed: the screenshot is kept in full colour")
+        return
+    image = Image.open(path).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                   dither=Image.Dither.NONE).save(path, optimize=True)
+    print(f"shrunk {path} to 256 colours ({path.stat().st_size // 1024} KiB)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=200)
@@ -173,6 +216,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--path", type=Path, help="an existing group made by this script")
     parser.add_argument("--keep", type=Path, help="write the group here and keep it")
+    parser.add_argument("--screenshot", type=Path,
+                        help="also shoot the page (ten trials grouped by lr) into this PNG")
     args = parser.parse_args()
     import logging
 
@@ -217,6 +262,8 @@ def main() -> int:
                   f"click to drawn: median {statistics.median(times) * 1000:.0f} ms, "
                   f"each {', '.join(f'{t * 1000:.0f}' for t in times)} ms [target 500 ms]")
             _browser.print_server_timings(app, "")
+            if args.screenshot:
+                shoot(driver, url, args.screenshot)
             errors = _browser.console_errors(driver)
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     return _browser.report_errors(errors)

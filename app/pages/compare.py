@@ -46,6 +46,7 @@ STATISTIC = "compare-statistic"
 SMOOTHING = "compare-smoothing"
 GROUP_BY = "compare-group-by"
 BAND = "compare-band"
+LOG_Y = "compare-log-y"
 OVERLAY = "compare-overlay"
 DIVERGENCE = "compare-divergence"
 PLACES = "compare-places"  # dcc.Store: where the divergence is, in trial A and B
@@ -90,6 +91,8 @@ def layout() -> html.Div:
                                          {"label": " none", "value": cf.BAND_NONE}],
                        value=cf.BAND_STD, inline=True, className="ms-2",
                        inputClassName="me-1", labelClassName="me-2", **session),
+        dcc.Checklist(id=LOG_Y, options=[{"label": " log y", "value": "log"}], value=[],
+                      className="ms-2", inputClassName="me-1", **session),
     ], className="d-flex align-items-center flex-wrap mb-1 compare-controls")
     links = html.Div([
         html.Button("Modules page: first trial next to the second", id=OPEN_MODULES,
@@ -179,10 +182,10 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(OVERLAY, "figure"),
         Input(TABLE, "selected_row_ids"), Input(QUANTITY, "value"), Input(STATISTIC, "value"),
         Input(SMOOTHING, "value"), Input(GROUP_BY, "value"), Input(BAND, "value"),
-        Input(ids.DATA_STATUS, "data"))
+        Input(LOG_Y, "value"), Input(ids.DATA_STATUS, "data"))
     def overlay(trials: list | None, value: str | None, statistic: str | None,
                 weight: float | None, group_by: str | None, band: str | None,
-                _status: Any) -> Any:
+                log_y: list | None, _status: Any) -> Any:
         trials = [t for t in trials or [] if t in set(data.trial_ids())]
         quantity = data_of.decode(value)
         if not trials:
@@ -194,6 +197,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         series = {t: data_of.series(data, t, quantity, statistic) for t in trials}
         parts.timings.record("compare.series", time.perf_counter() - started)
         figure = _overlay_figure(series, quantity, statistic, weight, group_by, band)
+        if log_y:
+            figure.update_yaxes(type="log")
         parts.timings.record("compare.overlay", time.perf_counter() - started)
         return figure
 
