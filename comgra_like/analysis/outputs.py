@@ -106,7 +106,7 @@ def _triples(graphs: list[Graph]) -> list[_Triple]:
         into: dict[str, list[tuple[str, str, str]]] = {}  # target id -> (source id, roles)
         for e in graph.edges:
             into.setdefault(e.target, []).append((e.source, e.source_role, e.target_role))
-        for consumer, sources in into.items():
+        for sources in into.values():
             targets = [(s, r) for s, r, _ in sources
                        if s in nodes and nodes[s].kind == TARGET and not nodes[s].is_import]
             for t_id, t_role in targets:

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from comgra_like.app import selectors
 from comgra_like.app.data import AppData
 from comgra_like.app.pages import PAGES
