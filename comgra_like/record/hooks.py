@@ -279,8 +279,8 @@ class Watcher:
     def _validation_recorder(self):
         """The validation trial's recorder (made now at the first validation pass)."""
         if self.val_rec is None and self._make_validation is not None:
-            self.val_rec = self._make_validation()
-            self._make_validation = None
+            make, self._make_validation = self._make_validation, None  # tried once only
+            self.val_rec = make()
             self._send_config(self.val_rec)
         return self.val_rec
 
