@@ -40,7 +40,7 @@ from comgra_like.format.flows import DONE, FAILED, PENDING, submit_input
 
 from .. import flow_edits as fe
 from .. import flow_figures as ff
-from .. import ids
+from .. import ids, other_trials
 from ..figures import empty_figure
 from ..parts import AppParts
 from .page import Page
@@ -361,7 +361,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 text += " · " + nobody_serves(trial)
         if not flows and trial:
             text = (f"No gradient flows stored for {trial}: compute them with "
-                    "comgra_like.record.flow (FlowChain, write_flows) or serve probes.")
+                    "comgra_like.record.flow (FlowChain, write_flows) or serve probes."
+                    + other_trials.hint(other_trials.with_flows(data), trial, "flows"))
         key = [trial, [f.record_id for f in every], [(p.probe_id, p.status) for p in probes],
                origin, step, chain, before, text]
         if key == shown:

@@ -35,7 +35,7 @@ from dash import ALL, MATCH, Input, Output, State, dcc, html, no_update
 
 from comgra_like.vocabulary import ANY_TYPE
 
-from .. import ids, metric_data
+from .. import ids, metric_data, other_trials
 from .. import metric_figures as mfig
 from .. import metric_groups as mg
 from .. import selection as sel
@@ -292,6 +292,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         listings = {t: metric_data.listing(data, t, rank_for(rank, data.ranks(t)))
                     for t in trials}
         reason = mfig.empty_reason(trials, listings)
+        if reason is not None and trials:
+            reason += other_trials.hint(other_trials.with_metrics(data), trials[0], "metrics")
         if reason is not None:
             cards = [html.Div(reason, className="alert alert-secondary metrics-empty")]
             key = ["empty", reason]

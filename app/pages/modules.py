@@ -32,7 +32,7 @@ from dash import ALL, MATCH, Input, Output, State, dcc, html, no_update
 
 from comgra_like.vocabulary import ANY_TYPE
 
-from .. import ids, module_data, module_sharing
+from .. import ids, module_data, module_sharing, other_trials
 from .. import module_figures as mf
 from .. import selection as sel
 from ..figures import empty_figure
@@ -397,7 +397,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         step, graph = module_data.module_graph(data, trial, shown_fields.get("training_step"))
         if graph is None:
             message = empty_figure(
-                "No module graph in this trial: record with comgra_like.watch(model).", 200)
+                "No module graph in this trial: record with comgra_like.watch(model)."
+                + other_trials.hint(other_trials.with_module_graphs(data), trial,
+                                    "module graphs"), 200)
             return message, [], "", None, [], compare, executions, execution, key
         level = mf.level_view(graph, view.get("parent"))
         figure = mf.module_graph_figure(level, selected=view.get("picked") or ())
