@@ -156,7 +156,8 @@ class FlightRecorder:
         self._history = {k: deque(maxlen=window) for k in ("loss", "grad_norm", "update_ratio")}
         self._step: int | None = None
         self._rows_idx: list[int] = []
-        self._rows: list = []  # per row: a list of 6 floats (host) or a tensor (device)
+        # per row: (reductions, tensor or None, numel) or a host row (the 6 statistics)
+        self._rows: list = []
         self._full: list = []
         self._full_bytes = 0
         self._before: list[torch.Tensor | None] = []
@@ -271,7 +272,7 @@ class FlightRecorder:
             key = self._key(full, full, ff.KPI, "kpi", code, None)
             self._rows_idx.append(key)
             self._rows.append([v, 0.0, abs(v), abs(v), float(math.isnan(v)),
-                               float(math.isinf(v))])
+                               float(math.isinf(v))])  # a host row: the statistics
 
     @_guarded
     def register_sample_ids(self, ids) -> None:
@@ -302,21 +303,20 @@ class FlightRecorder:
         self._step, self._rows_idx, self._rows, self._full = None, [], [], []
         if self.full_steps:
             self._full_ring.append((step, full))
-        if rows and isinstance(rows[0], torch.Tensor) and rows[0].device.type != "cpu":
-            # the GPU path: one stacked copy to pinned memory, judged a step later
-            stacked = torch.stack([r if isinstance(r, torch.Tensor) else
-                                   torch.tensor(r, dtype=torch.float64, device=rows[0].device)
-                                   for r in rows]).to(torch.float64)
-            host = torch.empty(stacked.shape, dtype=torch.float64, pin_memory=True)
+        parts = [q for row in rows if type(row) is tuple for q in row[0]]
+        if parts and parts[0].device.type != "cpu":
+            # a GPU: one stacked copy to pinned memory, judged a step later (no waiting)
+            stacked = torch.stack(parts)
+            host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
             host.copy_(stacked, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-            previous, self._pending = self._pending, (step, idx, host, event, sample_ids)
+            previous, self._pending = self._pending, (step, idx, rows, host, event, sample_ids)
             if previous is not None:
                 self._settle(previous)
             return
-        values = np.asarray(rows, np.float64).reshape(len(rows), len(ff.STATISTICS))
-        self._judge(_StepRecord(step, idx, values, sample_ids, {}))
+        raw = torch.stack(parts).tolist() if parts else []
+        self._judge(_StepRecord(step, idx, _derive(rows, raw), sample_ids, {}))
 
     @_guarded
     def settle(self) -> None:
@@ -326,9 +326,9 @@ class FlightRecorder:
             self._settle(previous)
 
     def _settle(self, pending: tuple) -> None:
-        step, idx, host, event, sample_ids = pending
+        step, idx, rows, host, event, sample_ids = pending
         event.synchronize()
-        self._judge(_StepRecord(step, idx, host.numpy().copy(), sample_ids, {}))
+        self._judge(_StepRecord(step, idx, _derive(rows, host.tolist()), sample_ids, {}))
 
     # ----- statistics --------------------------------------------------------------------
 
@@ -347,33 +347,26 @@ class FlightRecorder:
         return key
 
     def _observe(self, key: int, t: torch.Tensor) -> None:
+        """Three reductions where the tensor lives (sum, sum of squares, min and max), kept as
+        0-dim tensors until the end of the step stacks them all into one. On the CPU the
+        tensor is kept until then too, to count NaN and Inf only where the sums are not
+        finite; on a GPU they are counted at once (two more reductions, no waiting)."""
         n = t.numel()
         if n == 0:
             return
-        if not (t.is_floating_point() or t.is_complex()):
-            t = t.float()
-        elif t.is_complex():
+        if t.is_complex():
             t = t.abs()
+        if t.dtype is not torch.float32:
+            t = t.float()
+        flat = t.reshape(-1)
+        if flat.device.type == "cpu":
+            parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat))
+            self._rows.append((parts, t, n))
+        else:
+            parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat),
+                     torch.isnan(flat).sum().float(), torch.isinf(flat).sum().float())
+            self._rows.append((parts, None, n))
         self._rows_idx.append(key)
-        if t.device.type == "cpu":
-            if t.dtype in (torch.float16, torch.bfloat16):
-                t = t.float()
-            var, mean, mn, mx = torch.stack(
-                (*torch.var_mean(t, correction=0), *torch.aminmax(t))).tolist()
-            row = [mean, math.sqrt(var) if var >= 0 else var, max(-mn, mx),
-                   math.sqrt(n * (var + mean * mean)) if var >= 0 else var, 0.0, 0.0]
-            if not all(map(math.isfinite, row)):
-                row[4] = float(torch.isnan(t).sum())
-                row[5] = float(torch.isinf(t).sum())
-            self._rows.append(row)
-            return
-        var, mean = torch.var_mean(t, correction=0)
-        mn, mx = torch.aminmax(t)
-        v32 = torch.stack((mean.float(), var.float()))
-        self._rows.append(torch.stack((
-            v32[0], v32[1].sqrt(), torch.maximum(-mn, mx).float(),
-            (n * (v32[1] + v32[0] * v32[0])).sqrt(),
-            torch.isnan(t).sum().float(), torch.isinf(t).sum().float())))
 
     def _keep(self, name: str, role: str, t: torch.Tensor, copied: bool) -> None:
         """Keep a full value for the full_steps ring, within the per-step share of
@@ -541,3 +534,29 @@ class FlightRecorder:
         seq = self._seq
         self._seq += 1
         return ff.write_window(self._trial_path, seq, self._rank, trigger, cols, full)
+
+
+def _derive(rows: list, raw: list) -> np.ndarray:
+    """The statistics of a step's rows from their reductions (``raw``: 4 or 6 numbers per
+    tensor row, in order): mean = sum / n, L2 = sqrt(sum of squares), std from both
+    (population), abs max = max(max, -min); NaN and Inf counted where not finite."""
+    out = np.zeros((len(rows), len(ff.STATISTICS)), np.float64)
+    k = len(raw) // max(1, sum(type(r) is tuple for r in rows)) if raw else 4
+    pos = 0
+    for i, row in enumerate(rows):
+        if type(row) is not tuple:
+            out[i] = row
+            continue
+        total, squares, low, high = raw[pos:pos + 4]
+        _, tensor, n = row
+        mean = total / n
+        var = squares / n - mean * mean
+        out[i, :4] = (mean, math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
+                      max(high, -low), math.sqrt(squares) if squares >= 0 else squares)
+        if k == 6:
+            out[i, 4:] = raw[pos + 4:pos + 6]
+        elif not (math.isfinite(total) and math.isfinite(squares)):
+            out[i, 4] = float(torch.isnan(tensor).sum())
+            out[i, 5] = float(torch.isinf(tensor).sum())
+        pos += k
+    return out
