@@ -27,10 +27,11 @@ from comgra_like.query.trials import (
     KPI_PREFIX,
     trials_table,
 )
-from comgra_like.vocabulary import BATCH_MEAN, NO_BATCH
+from comgra_like.vocabulary import BATCH_MEAN, FORWARD, NO_BATCH
 
 from . import compare_figures as cf
 from . import selection as sel
+from .views import graph_model
 
 KPI, TENSOR, METRIC = "kpi", "tensor", "metric"
 KINDS = (KPI, TENSOR, METRIC)
@@ -239,3 +240,26 @@ def divergence(data: Any, trial_a: str, trial_b: str, tolerance: float = 1e-5
                 "where_b": finding_where(trial_b, **place)}
 
     return data.cached(key, compute)
+
+
+def difference_graph(data: Any, trial_a: str, trial_b: str, where: dict[str, Any]
+                     ) -> tuple[Any, Any] | None:
+    """Trial A's graph at the step ``where`` names (a divergence's place) and its Paint:
+    each node by the relative difference between A and B of ``where``'s statistic (mean
+    when it names none) and recording type, batch mean (tensors without a batch
+    dimension: their own). None: no graph or no statistics at that step."""
+    step = where.get("training_step")
+    info = data.steps(trial_a).get(step) if step is not None else None
+    if info is None or not info.graph_hashes:
+        return None
+    iteration = max(info.graph_hashes)
+    model = graph_model(data, trial_a, step, iteration)
+    statistic = where.get("statistic") or "mean"
+    recording_type = where.get("recording_type") or FORWARD
+    values = [data.node_values(t, step, iteration, statistic, recording_type, BATCH_MEAN)
+              for t in (trial_a, trial_b)]
+    if model is None or values[0] is None or values[1] is None:
+        return None
+    label = (f"relative difference of {statistic} · "
+             f"{sel.option_label('recording_type', recording_type)}")
+    return model, cf.difference_paint(values[0], values[1], label, step)

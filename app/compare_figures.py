@@ -24,6 +24,8 @@ import plotly.graph_objects as go
 
 from comgra_like.query.trials import CONFIG_PREFIX, FINDINGS_PREFIX, KPI_PREFIX
 
+from .graph_figure import NodeValue, Paint, color_scale
+
 Series = tuple[np.ndarray, np.ndarray]
 
 #: The bands a group of trials can show around its mean.
@@ -274,3 +276,31 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+# --- the graph painted by the difference of two trials --------------------------------
+
+
+def relative_difference(a: float | None, b: float | None) -> float | None:
+    """|a - b| / max(|a|, |b|) (0 when both are 0; None when either is missing; inf
+    when exactly one is NaN or inf)."""
+    if a is None or b is None:
+        return None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        same = (math.isnan(a) and math.isnan(b)) or a == b
+        return 0.0 if same else math.inf
+    size = max(abs(a), abs(b))
+    return 0.0 if size == 0 else abs(a - b) / size
+
+
+def difference_paint(values_a: Mapping[str, tuple], values_b: Mapping[str, tuple],
+                     label: str, step: int) -> Paint:
+    """A :class:`~app.graph_figure.Paint` of the nodes of trial A's graph by the relative
+    difference of a statistic between A and B (``values_*``: ``AppData.node_values``,
+    node -> (value, role, holds NaN/Inf)); a node B lacks has no data."""
+    painted: dict[str, NodeValue] = {}
+    for name, (va, role, bad_a) in values_a.items():
+        vb, _, bad_b = values_b.get(name, (None, None, False))
+        painted[name] = NodeValue(relative_difference(va, vb), role, bool(bad_a or bad_b))
+    scale = color_scale([v.value for v in painted.values()])
+    return Paint(label=label, values=painted, scale=scale, step=step)

@@ -27,6 +27,7 @@ from .. import compare_data as data_of
 from .. import compare_figures as cf
 from .. import ids
 from .. import selection as sel
+from ..graph_figure import build_graph_figure
 from ..parts import AppParts
 from . import modules
 from .page import Page
@@ -49,6 +50,7 @@ BAND = "compare-band"
 LOG_Y = "compare-log-y"
 OVERLAY = "compare-overlay"
 DIVERGENCE = "compare-divergence"
+DIFF_GRAPH = "compare-difference-graph"
 PLACES = "compare-places"  # dcc.Store: where the divergence is, in trial A and B
 OPEN_A, OPEN_B = "compare-open-a", "compare-open-b"
 OPEN_MODULES = "compare-open-modules"
@@ -105,6 +107,8 @@ def layout() -> html.Div:
                     className="btn btn-sm btn-outline-secondary me-2"),
         html.Button("open in Tensors: second trial", id=OPEN_B, n_clicks=0, disabled=True,
                     className="btn btn-sm btn-outline-secondary"),
+        dcc.Graph(id=DIFF_GRAPH, figure=cf.empty_figure("", height=60),
+                  config={"displaylogo": False, "scrollZoom": True}, style={"display": "none"}),
     ], className="border rounded p-2 mb-2")
     return html.Div([
         html.Div([
@@ -216,12 +220,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(DIVERGENCE, "children"), Output(PLACES, "data"), Output(OPEN_A, "disabled"),
         Output(OPEN_B, "disabled"), Output(OPEN_MODULES, "disabled"), Output(LINK_NOTE, "children"),
+        Output(DIFF_GRAPH, "figure"), Output(DIFF_GRAPH, "style"),
         Input(TABLE, "selected_row_ids"), Input(ids.DATA_STATUS, "data"))
     def first_divergence(trials: list | None, _status: Any) -> tuple:
         trials = [t for t in trials or [] if t in set(data.trial_ids())]
+        hidden = {"display": "none"}
         if len(trials) < 2:
             text = "Tick two trials to see where they first differ."
-            return text, None, True, True, True, ""
+            return text, None, True, True, True, "", no_update, hidden
         a, b = trials[:2]
         started = time.perf_counter()
         found = data_of.divergence(data, a, b)
@@ -230,8 +236,17 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         note = (f"first trial {a!r}, second {b!r}; the Tensors page shows one trial at "
                 "a time")
         header = html.B(f"First divergence of {a} and {b}: ")
+        painted = (data_of.difference_graph(data, a, b, places[0]) if places[0] else None)
+        figure, style = no_update, hidden
+        if painted is not None:
+            figure = build_graph_figure(painted[0], paint=painted[1], width_px=1200,
+                                        height_px=360)
+            figure.update_layout(title={"text": f"{a}'s graph at step {painted[1].step}: "
+                                        f"{painted[1].label} between the two trials",
+                                        "font": {"size": 13}, "x": 0.01})
+            style = {"height": "380px"}
         return ([header, html.Span(found["text"], className="divergence-text")], places,
-                places[0] is None, places[1] is None, False, note)
+                places[0] is None, places[1] is None, False, note, figure, style)
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),

@@ -144,6 +144,13 @@ def test_first_divergence_names_the_step_and_where_to_open_it(sweep):
     assert found["where_b"]["trial"] == "lr0.2-s0"
     assert found["where_a"]["recording_type"] == "update"
     assert found["where_a"]["node"] == found["where_b"]["node"]
+    # the graph painted by the relative difference of the two trials at that step: the
+    # updates of the parameters differ (another lr), the painted scale spans them
+    model, paint = cd.difference_graph(data, "lr0.05-s0", "lr0.2-s0", found["where_a"])
+    assert paint.step == 0 and "update" in paint.label
+    differences = {n: v.value for n, v in paint.values.items() if v.value is not None}
+    assert differences and all(d > 0 for d in differences.values())
+    assert set(differences) <= set(model.nodes)
     same = cd.divergence(data, "lr0.05-s0", "lr0.05-s0")
     assert same["where_a"] is None and "Not compared" in same["text"]
 

@@ -121,3 +121,20 @@ def test_table_rows_carry_the_trial_id_and_search_every_column():
     assert columns["config.lr"]["type"] == "numeric"
     assert columns["config.opt"]["type"] == "text"
     assert columns["kpi.loss"]["name"] == "kpi loss"
+
+
+def test_the_graph_is_painted_by_the_relative_difference_of_two_trials():
+    assert cf.relative_difference(2.0, 1.0) == 0.5
+    assert cf.relative_difference(-1.0, 1.0) == 2.0
+    assert cf.relative_difference(0.0, 0.0) == 0.0
+    assert cf.relative_difference(None, 1.0) is None
+    assert cf.relative_difference(float("nan"), 1.0) == float("inf")
+    a = {"x": (1.0, "x", False), "w": (4.0, "w", False), "out": (3.0, "out", True),
+         "only_a": (1.0, "only_a", False)}
+    b = {"x": (1.0, "x", False), "w": (2.0, "w", False), "out": (3.3, "out", False)}
+    paint = cf.difference_paint(a, b, "relative difference of mean", step=3)
+    values = {k: v.value for k, v in paint.values.items()}
+    assert values["x"] == 0.0 and values["w"] == 0.5 and values["only_a"] is None
+    assert values["out"] == pytest.approx(0.3 / 3.3)
+    assert paint.values["out"].non_finite and paint.step == 3
+    assert paint.scale is not None and paint.scale.high == 0.5
