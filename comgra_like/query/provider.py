@@ -837,6 +837,24 @@ class Group:
         from .flows import read_probe_input
         return read_probe_input(self.path, trial_id, probe_id)
 
+    # ----- the flight recorder (issue 30, comgra_like/query/flight.py) --------------------
+    # The flight/ folder is listed at each call, like flows/ (windows are immutable).
+
+    def list_flight_triggers(self, trial_id: str) -> list:
+        """The flight recorder's triggers of a trial (``FlightTrigger``), oldest first."""
+        from .flight import list_flight_triggers
+        return list_flight_triggers(self.path, trial_id)
+
+    def read_flight(self, trial_id: str, name: str | None = None) -> pd.DataFrame:
+        """The statistics rows of a trial's flight windows (or of one), ``flight=True``."""
+        from .flight import read_flight
+        return read_flight(self.path, trial_id, name)
+
+    def read_flight_values(self, trial_id: str, name: str) -> dict:
+        """The full values a flight window kept: {(step, tensor, role): array}."""
+        from .flight import read_flight_values
+        return read_flight_values(self.path, trial_id, name)
+
 
 def _nbytes(value: Any) -> int:
     return int(value.nbytes)

@@ -49,7 +49,8 @@ def test_nan_at_a_random_step_and_node_is_caught_with_its_window(tmp_path):
     # the regular recording has step 0 and the `after` steps only
     assert sorted(group.list_steps("nan")["training_step"].unique()) == [
         0, *range(step + 1, step + 5)]
-    (trigger,) = list_flight_triggers(group.path, "nan")
+    (trigger,) = group.list_flight_triggers("nan")
+    assert group.read_flight("nan", trigger.name).equals(read_flight(group.path, "nan"))
     assert (trigger.kind, trigger.step, trigger.node, trigger.window) == (
         "non_finite", step, node, (step - 31, step))
     rows = read_flight(group.path, "nan")
