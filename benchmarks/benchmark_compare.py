@@ -166,11 +166,12 @@ def choose(driver, dropdown: str, text: str) -> float:
 
 def shoot(driver, url: str, out: Path) -> None:
     """The page on ten trials of the four lr values: the loss grouped by lr with its std
-    band, smoothed, and the first divergence of the first two."""
+    band, smoothed, and the first divergence of the first two with the graph painted by
+    their difference."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    driver.set_window_size(1400, 1330)
+    driver.set_window_size(1400, 1650)
     driver.execute_script("window.sessionStorage.clear();")
     table_time(driver, url, 200)
     search = driver.find_element(By.CSS_SELECTOR, "#compare-search")
@@ -188,6 +189,8 @@ def shoot(driver, url: str, out: Path) -> None:
         print("no slider handle found: the screenshot is not smoothed")
     wait(driver, lambda: "first differ" in driver.find_element(
         By.CSS_SELECTOR, "#compare-divergence").text, timeout=120)
+    wait(driver, lambda: driver.find_elements(
+        By.CSS_SELECTOR, "#compare-difference-graph .scatterlayer .point"), timeout=60)
     _browser.settle(driver)
     _browser.park_pointer(driver)
     _browser.save_screenshot(driver, out)

@@ -237,15 +237,15 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 "a time")
         header = html.B(f"First divergence of {a} and {b}: ")
         painted = (data_of.difference_graph(data, a, b, places[0]) if places[0] else None)
-        figure, style = no_update, hidden
+        figure, style, below = no_update, hidden, []
         if painted is not None:
             figure = build_graph_figure(painted[0], paint=painted[1], width_px=1200,
                                         height_px=360)
-            figure.update_layout(title={"text": f"{a}'s graph at step {painted[1].step}: "
-                                        f"{painted[1].label} between the two trials",
-                                        "font": {"size": 13}, "x": 0.01})
             style = {"height": "380px"}
-        return ([header, html.Span(found["text"], className="divergence-text")], places,
+            below = [html.Div(f"Below: {a}'s graph at step {painted[1].step}, painted by the "
+                              f"{painted[1].label} between the two trials.",
+                              className="text-muted mt-1 difference-title")]
+        return ([header, html.Span(found["text"], className="divergence-text"), *below], places,
                 places[0] is None, places[1] is None, False, note, figure, style)
 
     @app.callback(
