@@ -46,16 +46,19 @@ training.
 Updates: ``update_ratio`` is ||update|| / ||weight before the update||, recorded for
 every parameter on every recorded step. The common rule of thumb is about 1e-3 per
 step; Adam at its default learning rate on freshly initialised layers gives 1e-3 to
-2e-2 (the tutorial: 1.7e-3 to 1.7e-2). A parameter whose ratio is above 0.1 at most
-of its recorded steps (the median) has a learning rate too large for it: each step
-rewrites a tenth of the weights' size (warning). A single step above 0.1 is not enough:
-Adam's first step moves every weight by the learning rate whatever its gradient, 0.1 of
-the weights' RMS for GPT-2's scaled initialisation (std 0.02 / sqrt(2 layers)) at lr
-1e-3, and 0.07, 0.06, ... after it. Above 1 at any step the update replaces the weights
-by something larger than themselves (error). A median below 1e-7 (steps
-without an update, ratio exactly 0, such as evaluation steps, left out) means the
-parameter practically does not learn (info). Non-finite ratios (a weight of norm 0 at
-initialisation, or non-finite values, which ``first_non_finite`` reports) are left out.
+2e-2 (the tutorial: 1.7e-3 to 1.7e-2). A parameter whose ratio is above 0.1 at most of
+its recorded steps after step 0 (the median) has a learning rate too large for it: each
+step rewrites a tenth of the weights' size (warning). A single step above 0.1 is not
+enough, nor the first update of training: Adam's first step moves every weight by the
+learning rate whatever its gradient, 0.1 of the weights' RMS for GPT-2's scaled
+initialisation (std 0.02 / sqrt(2 layers)) at lr 1e-3, and 0.07, 0.06, ... after it;
+with only step 0 recorded (watch's log_freq on a short run) its ratio says what
+lr / RMS(w) is, not whether training is stable. Above 1 at any step, step 0 included,
+the update replaces the weights by something larger than themselves (error). A median
+below 1e-7 (steps without an update, ratio exactly 0, such as evaluation steps, left
+out) means the parameter practically does not learn (info). Non-finite ratios (a weight
+of norm 0 at initialisation, or non-finite values, which ``first_non_finite`` reports)
+are left out.
 Only weights with two or more dimensions are judged: biases and gains start at or near 0
 and are small, so their ratios are large in healthy training and say little.
 """
@@ -378,12 +381,16 @@ def update_ratios(data: TrialData) -> list[Finding]:
         return []
     findings = []
     medians = rows.groupby(["node", "role"], observed=True)["update_ratio"].median()
-    # A warning needs updates that stay large: the median over the recorded steps (Adam's
-    # first step moves every weight by the learning rate, whatever its gradient: on
-    # GPT-2's scaled initialisation that is 0.1 of the weights' RMS at lr 1e-3, and it
-    # shrinks from the next step on). One step above 1 is an error on its own.
+    # A warning needs updates that stay large: the median over the recorded steps after
+    # the first update of training (Adam's first step moves every weight by the learning
+    # rate, whatever its gradient: on GPT-2's scaled initialisation that is 0.1 of the
+    # weights' RMS at lr 1e-3, and it shrinks from the next step on). One step above 1
+    # is an error on its own, the first one included.
+    later = (rows["training_step"] > 0).to_numpy()
+    steady_medians = rows[later].groupby(["node", "role"], observed=True)[
+        "update_ratio"].median()
     lasting = pd.MultiIndex.from_arrays([rows["node"], rows["role"]]).isin(
-        medians[medians > UPDATE_WARNING].index)
+        steady_medians[steady_medians > UPDATE_WARNING].index) & later
     ratio = rows["update_ratio"].to_numpy(np.float64)
     high = rows[ratio > UPDATE_WARNING]
     if len(high):
@@ -410,7 +417,8 @@ def update_ratios(data: TrialData) -> list[Finding]:
                              f"{fmt(part['update_ratio'].max())}"
                              + ("." if severity == ERROR else
                                 f", above it at most of their recorded steps (median "
-                                f"{fmt(medians[(first['node'], first['role'])])}).")),
+                                f"{fmt(steady_medians[(first['node'], first['role'])])}"
+                                ").")),
                 where=where(data.trial_id, step=step,
                             type_of_execution=data.type_of_execution.get(step), iteration=-1,
                             node=str(first["node"]), role=str(first["role"]),

@@ -19,17 +19,19 @@ METRICS = {"Linear": [["WeightRMS", "linear(3, 1)"]]}
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> Callable[..., tuple[models.Run, models.Run]]:
     """``runs("gpt2", checkpointing="reentrant")``: (bare run, watched run) of that case
-    and set-up, trained on first use (``bare=False``: (None, watched run))."""
+    and set-up, trained on first use (``bare=False``: (None, watched run); ``log_freq``:
+    how often the watched run records)."""
     root = tmp_path_factory.mktemp("realmodels")
     done: dict[tuple, tuple[models.Run, models.Run]] = {}
 
-    def get(name: str, bare: bool = True, **setup) -> tuple[models.Run | None, models.Run]:
-        key = (name, bare, tuple(sorted(setup.items())))
+    def get(name: str, bare: bool = True, log_freq: int = LOG_FREQ, **setup
+            ) -> tuple[models.Run | None, models.Run]:
+        key = (name, bare, log_freq, tuple(sorted(setup.items())))
         if key not in done:
             case = models.CASES[name]
             plain = models.train(case, STEPS, **setup) if bare else None
             watched = models.train(case, STEPS, folder=root / f"{name}_{len(done)}",
-                                   log_freq=LOG_FREQ, metrics=METRICS, **setup)
+                                   log_freq=log_freq, metrics=METRICS, **setup)
             done[key] = (plain, watched)
         return done[key]
 

@@ -81,6 +81,14 @@ def test_gpt2_first_adam_step_is_not_a_too_large_learning_rate(runs):
     assert [f for f in find(run.group) if f.kind == g.UPDATE_RATIO_HIGH] == []
 
 
+def test_gpt2_with_only_its_first_step_recorded_neither(runs):
+    # watch's log_freq longer than the run: step 0, Adam's sign step, is all there is
+    run = runs("gpt2", bare=False, log_freq=100)[1]
+    updates = _data(run).rows(recording_type="update", kinds=("parameter",))
+    assert set(updates.training_step) == {0} and updates.update_ratio.max() > g.UPDATE_WARNING
+    assert [f for f in find(run.group) if f.kind == g.UPDATE_RATIO_HIGH] == []
+
+
 def test_a_learning_rate_too_large_for_gpt2_is_still_found(runs):
     # lr 3e-2 with AdamW: every update moves the weights by a large part of their size
     run = runs("gpt2", bare=False, lr=3e-2)[1]
