@@ -39,7 +39,7 @@ from ..errors import ConfigurationError, StorageError
 from ..format.files import is_object_store
 from ..format.trial import mark_trial_aborted
 from ..writer import protocol
-from ..writer.uploads import retry_seconds_from_env
+from ..writer.uploads import buffer_bytes_from_env, retry_seconds_from_env
 from .lock import TrialLock
 from .shm import ALIGN, MIN_SEGMENT, Segment, Slot
 
@@ -104,6 +104,9 @@ class WriterClient:
             raise ConfigurationError(
                 f"COMGRA_LIKE_WRITER_STALL_SECONDS={stall!r}: give a number of seconds "
                 f"(default {STALL_SECONDS:.0f})") from None
+        # The writer reads these too; a bad value is refused here, before training.
+        retry_seconds_from_env()
+        buffer_bytes_from_env()
         self._closing = False
         self._eof = False
         self._closed_reply = False
