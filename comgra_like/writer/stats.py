@@ -81,6 +81,13 @@ def block_statistics(x: np.ndarray, pause=None) -> np.ndarray:
     done before the next chunk is read; the results of all chunks are finished at once.
     ``pause`` (optional) is called before every chunk but the first.
     """
+    # Overflow of a float32 sum is handled below (the row again in float64); inf - inf of
+    # non-finite rows gives the NaN numpy's own functions give. Neither is worth a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _block_statistics(x, pause)
+
+
+def _block_statistics(x: np.ndarray, pause) -> np.ndarray:
     n = x.shape[-1]
     lead = x.shape[:-1]
     out = np.empty(lead + (NUM_STATS,), np.float32)
@@ -150,7 +157,33 @@ def block_statistics(x: np.ndarray, pause=None) -> np.ndarray:
     else:
         flat[:, _NAN_COUNT] = np.isnan(rows).sum(axis=1)
         flat[:, _INF_COUNT] = np.isinf(rows).sum(axis=1)
+        # Finite values whose float32 sums overflowed (an attention mask of -3.4e38, the
+        # float32 minimum): those rows again in float64, where their sums fit.
+        overflowed = np.flatnonzero(
+            (flat[:, _NAN_COUNT] == 0) & (flat[:, _INF_COUNT] == 0)
+            & ~(np.isfinite(total) & np.isfinite(sq) & np.isfinite(abs_sum)))
+        if overflowed.size:
+            _float64_rows(rows, overflowed, flat)
     return out
+
+
+def _float64_rows(rows: np.ndarray, idx: np.ndarray, flat: np.ndarray) -> None:
+    """Mean, abs mean, std and norm of the rows ``idx`` in float64 (stored as float32: a
+    norm beyond float32's range is inf, every other statistic fits)."""
+    x = rows[idx].astype(np.float64)
+    n = x.shape[1]
+    scale = np.abs(x).max(axis=1, keepdims=True)
+    scale[scale == 0] = 1.0
+    y = x / scale  # the sum of squares of values near 3.4e38 fits float64 even so
+    mean = y.mean(axis=1)
+    std = y.std(axis=1, ddof=1) if n > 1 else np.zeros(len(idx))
+    norm = np.sqrt(np.einsum("ij,ij->i", y, y))
+    s = scale[:, 0]
+    with np.errstate(over="ignore"):
+        flat[idx, _MEAN] = (mean * s).astype(np.float32)
+        flat[idx, _ABS_MEAN] = (np.abs(y).mean(axis=1) * s).astype(np.float32)
+        flat[idx, _STD] = (std * s).astype(np.float32)
+        flat[idx, _NORM] = (norm * s).astype(np.float32)
 
 
 def batch_aggregates(per_sample: np.ndarray, axis: int = 0) -> np.ndarray:
