@@ -65,8 +65,8 @@ ALLOWED = {
     "monitor": {"shared", "format", "protocol", "transport", "record", "query", "metrics"},
     # the probe loop: serves edited inputs (record computes flows, format stores them)
     "probe": {"shared", "format", "record", "query"},
-    # the tutorial trains (record) and its plugin reads (query)
-    "scripts": {"shared", "format", "record", "query", "app", "probe"},
+    # the tutorial trains (record), prints its findings (analysis), its plugin reads (query)
+    "scripts": {"shared", "format", "record", "query", "analysis", "app", "probe"},
     "notebook": {"shared"},
 }
 
