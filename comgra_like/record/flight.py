@@ -158,6 +158,9 @@ class FlightRecorder:
         self._rows_idx: list[int] = []
         # per row: (reductions, tensor or None, numel) or a host row (the 6 statistics)
         self._rows: list = []
+        self._blocks: list = []  # (rows, 6) tensors of _observe_many
+        self._block_rows = 0
+        self._force_batched = False  # tests: the GPU's batched reductions on the CPU
         self._full: list = []
         self._full_bytes = 0
         self._before: list[torch.Tensor | None] = []
@@ -207,14 +210,15 @@ class FlightRecorder:
         self._full_bytes = 0
         self._params_seen_grad = False
         self._sample_ids = None
-        before = []
-        for p in params:
-            t = p.tensor.detach()
-            key = self._key(p.full_name, p.full_name, ff.VALUE, "parameter", _PARAM_VALUE, t)
-            self._observe(key, t)
-            copy = t.clone() if (self.updates or self.full_steps) else None
-            before.append(copy)
-            if copy is not None:
+        self._blocks, self._block_rows = [], 0
+        values = [p.tensor.detach() for p in params]
+        self._observe_many([self._key(p.full_name, p.full_name, ff.VALUE, "parameter",
+                                      _PARAM_VALUE, t) for p, t in zip(params, values)], values)
+        before: list = [None] * len(values)
+        if self.updates or self.full_steps:
+            before = (torch._foreach_mul(values, 1.0) if self._batched(values)
+                      else [t.clone() for t in values])  # one launch on a GPU
+            for p, copy in zip(params, before):
                 self._keep(p.full_name, ff.VALUE, copy, copied=True)
         self._before = before
 
@@ -249,13 +253,10 @@ class FlightRecorder:
         if self._step is None or self._params_seen_grad:
             return
         self._params_seen_grad = True
-        for p in params:
-            g = p.tensor.grad
-            if g is None:
-                continue
-            g = g.detach()
-            self._observe(self._key(p.full_name, p.full_name, ff.GRADIENT, "parameter",
-                                    _PARAM_GRAD, g), g)
+        have = [(p, p.tensor.grad.detach()) for p in params if p.tensor.grad is not None]
+        self._observe_many([self._key(p.full_name, p.full_name, ff.GRADIENT, "parameter",
+                                      _PARAM_GRAD, g) for p, g in have], [g for _, g in have])
+        for p, g in have:
             self._keep(p.full_name, ff.GRADIENT, g, copied=False)
 
     @_guarded
@@ -290,12 +291,16 @@ class FlightRecorder:
             return
         self.observe_parameter_gradients(params)
         if self.updates:
-            for p, before in zip(params, self._before):
-                if before is None or before.shape != p.tensor.shape:
-                    continue
-                d = p.tensor.detach() - before
-                self._observe(self._key(p.full_name, p.full_name, ff.UPDATE, "parameter",
-                                        _PARAM_UPDATE, d), d)
+            pairs = [(p, b) for p, b in zip(params, self._before)
+                     if b is not None and b.shape == p.tensor.shape]
+            after = [p.tensor.detach() for p, _ in pairs]
+            befores = [b for _, b in pairs]
+            updates = (torch._foreach_sub(after, befores) if self._batched(after)
+                       else [a - b for a, b in zip(after, befores)])
+            self._observe_many([self._key(p.full_name, p.full_name, ff.UPDATE, "parameter",
+                                          _PARAM_UPDATE, d) for (p, _), d in zip(pairs, updates)],
+                               updates)
+            for (p, _), d in zip(pairs, updates):
                 self._keep(p.full_name, ff.UPDATE, d, copied=True)
         self._before = []
         step, idx, rows = self._step, np.asarray(self._rows_idx, np.int64), self._rows
@@ -303,10 +308,12 @@ class FlightRecorder:
         self._step, self._rows_idx, self._rows, self._full = None, [], [], []
         if self.full_steps:
             self._full_ring.append((step, full))
-        parts = [q for row in rows if type(row) is tuple for q in row[0]]
-        if parts and parts[0].device.type != "cpu":
+        parts = [q for row in rows if type(row) is tuple and row[0] != "block" for q in row[0]]
+        blocks, self._blocks, self._block_rows = self._blocks, [], 0
+        pieces = ([torch.stack(parts)] if parts else []) + [b.reshape(-1) for b in blocks]
+        if pieces and pieces[0].device.type != "cpu":
             # a GPU: one stacked copy to pinned memory, judged a step later (no waiting)
-            stacked = torch.stack(parts)
+            stacked = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
             host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
             host.copy_(stacked, non_blocking=True)
             event = torch.cuda.Event()
@@ -315,7 +322,7 @@ class FlightRecorder:
             if previous is not None:
                 self._settle(previous)
             return
-        raw = torch.stack(parts).tolist() if parts else []
+        raw = (torch.cat(pieces) if len(pieces) > 1 else pieces[0]).tolist() if pieces else []
         self._judge(_StepRecord(step, idx, _derive(rows, raw), sample_ids, {}))
 
     @_guarded
@@ -367,6 +374,36 @@ class FlightRecorder:
                      torch.isnan(flat).sum().float(), torch.isinf(flat).sum().float())
             self._rows.append((parts, None, n))
         self._rows_idx.append(key)
+
+    def _batched(self, tensors: list) -> bool:
+        """Whether a list of tensors is reduced together: on a GPU (or when forced for
+        tests), all float32 on one device, more than a few."""
+        if len(tensors) < 4 or not (self._force_batched or tensors[0].device.type != "cpu"):
+            return False
+        dev = tensors[0].device
+        return all(t.dtype is torch.float32 and t.device == dev for t in tensors)
+
+    def _observe_many(self, keys: list[int], tensors: list) -> None:
+        """The statistics of many tensors with few launches (a GPU's parameters,
+        gradients, updates): the L2 norms and abs maxima with the multi-tensor
+        ``torch._foreach_norm`` (fused kernels on a GPU), a sum per tensor, three stacks.
+        NaN and Inf are not counted here (NaN in the counts); a non-finite value still
+        shows in the sums and norms."""
+        pairs = [(k, t) for k, t in zip(keys, tensors) if t.numel()]
+        if not self._batched([t for _, t in pairs]):
+            for key, t in pairs:
+                self._observe(key, t)
+            return
+        ts = [t for _, t in pairs]
+        l2 = torch.stack(torch._foreach_norm(ts, 2))
+        amax = torch.stack(torch._foreach_norm(ts, float("inf")))
+        sums = torch.stack([t.sum() for t in ts])
+        nan = torch.full_like(sums, float("nan"))
+        self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
+        for key, t in pairs:
+            self._rows.append(("block", self._block_rows, int(t.numel())))
+            self._rows_idx.append(key)
+            self._block_rows += 1
 
     def _keep(self, name: str, role: str, t: torch.Tensor, copied: bool) -> None:
         """Keep a full value for the full_steps ring, within the per-step share of
@@ -537,26 +574,35 @@ class FlightRecorder:
 
 
 def _derive(rows: list, raw: list) -> np.ndarray:
-    """The statistics of a step's rows from their reductions (``raw``: 4 or 6 numbers per
-    tensor row, in order): mean = sum / n, L2 = sqrt(sum of squares), std from both
-    (population), abs max = max(max, -min); NaN and Inf counted where not finite."""
+    """The statistics of a step's rows from their reductions. ``raw``: first the stacked
+    per-tensor reductions (4 numbers per tensor row on the CPU, 6 on a GPU), then the
+    blocks of the batched ones (6 per row). mean = sum / n, L2 = sqrt(sum of squares),
+    std from both (population), abs max = max(max, -min); on the CPU NaN and Inf are
+    counted where a sum is not finite."""
     out = np.zeros((len(rows), len(ff.STATISTICS)), np.float64)
-    k = len(raw) // max(1, sum(type(r) is tuple for r in rows)) if raw else 4
+    singles = [r for r in rows if type(r) is tuple and r[0] != "block"]
+    n_single = len(raw) - 6 * sum(type(r) is tuple and r[0] == "block" for r in rows)
+    k = n_single // len(singles) if singles else 4
     pos = 0
     for i, row in enumerate(rows):
         if type(row) is not tuple:
             out[i] = row
             continue
-        total, squares, low, high = raw[pos:pos + 4]
-        _, tensor, n = row
+        if row[0] == "block":
+            at = n_single + 6 * row[1]
+            total, squares, low, high, nan, inf = raw[at:at + 6]
+            n, tensor, counted = row[2], None, True
+        else:
+            total, squares, low, high = raw[pos:pos + 4]
+            _, tensor, n = row
+            counted = k == 6
+            nan, inf = (raw[pos + 4], raw[pos + 5]) if counted else (0.0, 0.0)
+            pos += k
         mean = total / n
         var = squares / n - mean * mean
-        out[i, :4] = (mean, math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
-                      max(high, -low), math.sqrt(squares) if squares >= 0 else squares)
-        if k == 6:
-            out[i, 4:] = raw[pos + 4:pos + 6]
-        elif not (math.isfinite(total) and math.isfinite(squares)):
+        out[i] = (mean, math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
+                  max(high, -low), math.sqrt(squares) if squares >= 0 else squares, nan, inf)
+        if not counted and not (math.isfinite(total) and math.isfinite(squares)):
             out[i, 4] = float(torch.isnan(tensor).sum())
             out[i, 5] = float(torch.isinf(tensor).sum())
-        pos += k
     return out

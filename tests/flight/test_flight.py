@@ -224,3 +224,27 @@ def test_window_reads_back_after_a_kill_right_after_the_trigger(tmp_path):
     rows = read_flight(tmp_path / "flight", "killed")
     assert sorted(rows["training_step"].unique()) == list(range(47, 71))
     assert read_flight_values(tmp_path / "flight", "killed", trigger.name)
+
+
+def test_batched_reductions_give_the_same_statistics(tmp_path):
+    """The GPU's batched reductions (segment sums over the flattened parameters, one
+    launch for many tensors), forced on the CPU, agree with the per-tensor ones."""
+    windows = {}
+    for batched in (False, True):
+        fr = FlightRecorder(window=8, after=0)
+        fr._force_batched = batched
+        _, rec = train(tmp_path, f"b{int(batched)}", 12, flight=fr, nan_at=(10, "relu2"))
+        rec.finalize()
+        assert [(f["kind"], f["step"], f["tensor"]) for f in fr.fired] == [
+            ("non_finite", 10, "relu2")]
+        windows[batched] = read_flight(tmp_path / "flight", f"b{int(batched)}")
+    a, b = windows[False], windows[True]
+    assert list(a["name"]) == list(b["name"]) and list(a["role"]) == list(b["role"])
+    stats = ["mean", "std", "abs_max", "l2_norm", "nan_count", "inf_count"]
+    stats = ["mean", "std", "abs_max", "l2_norm"]
+    assert (a[stats].isna() == b[stats].isna()).all().all()
+    finite = a[stats].notna().to_numpy() & b[stats].notna().to_numpy()
+    assert abs(a[stats].to_numpy()[finite] - b[stats].to_numpy()[finite]).max() < 1e-4
+    # batched parameter rows leave NaN/Inf uncounted (NaN); the others count them
+    batched = (b["kind"] == "parameter").to_numpy()
+    assert b["nan_count"][batched].isna().all() and not b["nan_count"][~batched].isna().any()
