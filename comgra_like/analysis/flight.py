@@ -90,7 +90,9 @@ def _non_finite(data: TrialData, trigger: FlightTrigger, rows: pd.DataFrame) -> 
 
     origin = min(bad.itertuples(index=False), key=rank)
     steps_before = sorted(int(s) for s in rows["training_step"].unique() if s < first_step)
-    nan, inf = float(origin.nan_count), float(origin.inf_count)
+    # NaN counts: not counted (a GPU's batched parameter rows)
+    nan, inf = (float(c) if math.isfinite(float(c)) else 0.0
+                for c in (origin.nan_count, origin.inf_count))
     what = " and ".join(p for p in (f"{round(nan)} NaN" if nan else "",
                                     f"{round(inf)} Inf" if inf else "") if p) \
         or f"a non-finite {'mean' if not math.isfinite(origin.mean) else 'statistic'}"
