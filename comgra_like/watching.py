@@ -24,6 +24,7 @@ import torch
 from .errors import CallOrderError, ConfigurationError, StorageError
 from .format.files import files_for, is_object_store, s3_endpoint
 from .format.schema import TRIAL_ID_PATTERN
+from .format.trial_config import flatten_config
 from .metrics.collect import Collector
 from .metrics.config import resolve_config
 from .objects import DecisionMakerForRecordingsFrequencyPerType
@@ -161,6 +162,7 @@ def watch(
     eval_mode: str = "record",
     seed: int = 0,
     metrics: Mapping | None = None,
+    config: Mapping | None = None,
 ) -> WatchHandle:
     """Record every module of ``module``: inputs, outputs, their per-sample gradient
     norms, parameters and parameter gradients, as tensors of the recording and as
@@ -188,7 +190,10 @@ def watch(
     so); ``seed`` of the histogram sampling;
     ``metrics``: per-module metrics in Taiyi's config format (``comgra_like.metrics``),
     computed on their own schedules whether or not the step is recorded
-    (``Group.read_metrics``); the steps are watch's (or the recorder's) step numbers.
+    (``Group.read_metrics``); the steps are watch's (or the recorder's) step numbers;
+    ``config``: the trial's hyperparameters (JSON values, nested dicts flattened with
+    dots; ``Group.read_config``, the Compare page), stored in the own trial and its
+    validation trial; with ``recorder=`` pass it to the ``ComgraRecorder`` instead.
 
     Returns a :class:`WatchHandle` (``unwatch()``, or use it in a ``with`` block).
     """
@@ -238,6 +243,12 @@ def watch(
             "backend='none' records only the structure into a trial of its own; drop "
             "recorder= or use backend='standalone'")
 
+    if config is not None and recorder is not None:
+        raise ConfigurationError(
+            "watch(recorder=..., config=...): the trial is the recorder's; pass config= to "
+            "its ComgraRecorder(...) instead")
+    flat_config = flatten_config(config)  # checked before anything is created
+
     structure_only = backend == "none"
     own = recorder is None
     specs = None
@@ -247,7 +258,7 @@ def watch(
     if own:
         root = name if name is not None else "model"
         _check_name(root)
-        recorder = _own_recorder(standalone_dir, trial_id, backend)
+        recorder = _own_recorder(standalone_dir, trial_id, backend, flat_config)
         try:
             recorder.track_module(root, module)
         except BaseException:
@@ -272,7 +283,7 @@ def watch(
     if own:
         def make_validation():
             validation = _own_recorder(standalone_dir, validation_trial(recorder.trial_id),
-                                       backend)
+                                       backend, flat_config)
             validation.track_module(root, module)
             return validation
     watcher = Watcher(module, recorder, own, root, settings, make_validation)
@@ -366,7 +377,8 @@ def _open_command(location: str, port: int) -> str:
     return f"comgra --path {location}{flag} --port {port}"
 
 
-def _own_recorder(standalone_dir: str | os.PathLike, trial_id: str | None, backend: str):
+def _own_recorder(standalone_dir: str | os.PathLike, trial_id: str | None, backend: str,
+                  config: Mapping | None = None):
     from .recorder import ComgraRecorder
 
     root, group = _standalone_location(standalone_dir)
@@ -381,7 +393,8 @@ def _own_recorder(standalone_dir: str | os.PathLike, trial_id: str | None, backe
             root, group, trial_id,
             DecisionMakerForRecordingsFrequencyPerType(1),
             max_num_batch_size_to_record=0,
-            calculate_svd_and_other_expensive_operations_of_parameters=False)
+            calculate_svd_and_other_expensive_operations_of_parameters=False,
+            config=config)
     except StorageError as e:  # before any hook is in place: training is untouched
         raise StorageError(f"watch(standalone_dir={str(standalone_dir)!r}) cannot record "
                            f"there: {e}") from None

@@ -117,3 +117,28 @@ def test_a_config_that_cannot_be_stored_is_refused_before_anything_is_written(tm
         ComgraRecorder(tmp_path, "g", "t", DecisionMakerForRecordingsHardcoded([0]),
                        config=[("lr", 0.1)])
     assert not (tmp_path / "g").exists()
+
+
+def test_watch_stores_the_config_in_its_trial_and_its_validation_trial(tmp_path):
+    from comgra_like import watch
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with watch(net, log_freq=2, standalone_dir=tmp_path / "w", trial_id="run",
+               config={"optim": {"lr": 0.1}, "layers": 2}, verbose=False) as handle:
+        for step in range(4):
+            loss = net(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step == 1:
+                net.eval()
+                with torch.no_grad():
+                    net(torch.randn(8, 4))
+                net.train()
+    g = open_group(tmp_path / "w")
+    assert g.read_config("run") == {"layers": 2, "optim.lr": 0.1}
+    assert g.read_config(handle.validation_trial_id) == {"layers": 2, "optim.lr": 0.1}
+    with pytest.raises(ConfigurationError, match="is a set"):
+        watch(net, standalone_dir=tmp_path / "w2", config={"x": {1, 2}})
+    assert not (tmp_path / "w2").exists()
