@@ -428,6 +428,10 @@ class FlightRecorder:
     # ----- triggers ----------------------------------------------------------------------
 
     def _judge(self, rec: _StepRecord) -> None:
+        with np.errstate(all="ignore"):  # inf / inf of a diverged step: NaN, not judged
+            self._judge_step(rec)
+
+    def _judge_step(self, rec: _StepRecord) -> None:
         v = rec.values
         codes = self._codes_np[rec.idx] if len(rec.idx) else np.zeros(0, np.int8)
         l2sq = np.square(v[:, 3]) if len(v) else np.zeros(0)

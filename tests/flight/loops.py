@@ -22,11 +22,12 @@ def make_model(seed: int = 0) -> torch.nn.Module:
 def train(root, trial: str, steps: int, *, flight=None, record_one_in: int = 1000,
           nan_at: tuple[int, str] | None = None, lr_jump_at: int | None = None,
           sample_ids: bool = False, recorder: bool = True, on_step=None, seed: int = 0,
-          lr: float = 0.05, recorders: list | None = None):
+          lr: float = 0.05, recorders: list | None = None, outlier_at: int | None = None):
     """Train ``steps`` steps (targets from a fixed teacher, so the loss falls steadily).
 
     ``nan_at=(step, node)``: one value of that node becomes NaN at that step.
     ``lr_jump_at``: the learning rate is multiplied by 20 from that step on.
+    ``outlier_at``: the targets of that step are 30 times as large (one bad batch).
     ``recorders``: the recorder is appended as soon as it exists (to finalize it after
     an exception). Returns (model, recorder)."""
     model = make_model(seed)
@@ -47,6 +48,8 @@ def train(root, trial: str, steps: int, *, flight=None, record_one_in: int = 100
                 group["lr"] *= 20
         x = torch.randn(BATCH, 12, generator=gen)
         y = x @ teacher
+        if outlier_at is not None and step == outlier_at:
+            y = y * 30
         values = {}
 
         def reg(name, tensor, step=step, values=values, **kwargs):

@@ -248,3 +248,26 @@ def test_batched_reductions_give_the_same_statistics(tmp_path):
     # batched parameter rows leave NaN/Inf uncounted (NaN); the others count them
     batched = (b["kind"] == "parameter").to_numpy()
     assert b["nan_count"][batched].isna().all() and not b["nan_count"][~batched].isna().any()
+
+
+def test_one_bad_batch_fires_a_loss_spike_at_its_step(tmp_path):
+    fr = FlightRecorder(window=32, after=0)
+    _, rec = train(tmp_path, "outlier", 130, flight=fr, outlier_at=120)
+    rec.finalize()
+    assert [f["step"] for f in fr.fired] == [120]
+    kinds = {t["kind"] for t in fr.fired[0]["triggers"]}
+    assert "loss_spike" in kinds and "grad_norm_spike" in kinds
+    (trigger,) = list_flight_triggers(tmp_path / "flight", "outlier")
+    assert trigger.kind == "loss_spike" and trigger.tensor == "loss"
+    assert trigger.value > 100 * trigger.record["median"]
+
+
+def test_predicate_and_cooldown(tmp_path):
+    fr = FlightRecorder(window=8, after=0, cooldown=10,
+                        predicate=lambda s: s.step % 5 == 0 and s.step > 0 and "every 5th")
+    _, rec = train(tmp_path, "pred", 23, flight=fr)
+    rec.finalize()
+    assert [(f["kind"], f["step"], f["said"]) for f in fr.fired] == [
+        ("predicate", 5, "every 5th"), ("predicate", 20, "every 5th")]
+    assert fr.suppressed == 2  # steps 10 and 15, inside the cooldown after step 5
+    assert [t.step for t in list_flight_triggers(tmp_path / "flight", "pred")] == [5, 20]
