@@ -57,6 +57,7 @@ from ..format.schema import (
     SHARD_SCHEMAS,
     TRIAL_ID_PATTERN,
 )
+from ..format.trial_config import read_config
 from .index import reason_of
 from .types import SkippedFile
 
@@ -66,6 +67,7 @@ log = logging.getLogger("comgra_like")
 #: notes. A table added there (histograms, metrics, ...) becomes a view of the same name.
 SHARD_TABLES: tuple[str, ...] = (*TABLES, NOTES_DIR)
 TRIALS_TABLE = "trials"
+CONFIG_TABLE = "config"
 #: Every table a query can name.
 TABLE_NAMES: tuple[str, ...] = (TRIALS_TABLE, *SHARD_TABLES)
 
@@ -98,7 +100,13 @@ def remote_parquet_format() -> pads.ParquetFileFormat:
 _TRIALS_SCHEMA = pa.schema([
     ("trial_id", pa.string()), ("status", pa.string()), ("created", pa.float64()),
     ("ended", pa.float64()), ("abort_reason", pa.string()), ("schema_version", pa.int64()),
-    ("settings", pa.string()), ("versions", pa.string()),
+    ("settings", pa.string()), ("versions", pa.string()), ("config", pa.string()),
+])
+#: ``config``: one row per trial and config key (flattened with dots, as stored); the
+#: value as JSON text and, where it is a number or a boolean, as a double.
+_CONFIG_SCHEMA = pa.schema([
+    ("trial_id", pa.string()), ("key", pa.string()), ("value", pa.string()),
+    ("number", pa.float64()),
 ])
 _LEGACY_NOTES_SCHEMA = pa.schema([
     ("trial_id", pa.string()), ("text", pa.string()), ("wall_time", pa.float64()),
@@ -251,6 +259,7 @@ class GroupFiles:
             "abort_reason": data.get("abort_reason"), "schema_version": version,
             "settings": json.dumps(data.get("settings") or {}, sort_keys=True),
             "versions": json.dumps(data.get("versions") or {}, sort_keys=True),
+            "config": json.dumps(read_config(data), sort_keys=True),
         }
 
     def _check_all(self, found: list[tuple[str, str, Path, Any]]
@@ -405,6 +414,9 @@ class GroupSQL:
         trials = pa.Table.from_pylist(listing.trials, schema=_TRIALS_SCHEMA)
         con.register("__comgra_trials", trials)
         con.execute(f"CREATE OR REPLACE VIEW {TRIALS_TABLE} AS SELECT * FROM __comgra_trials")
+        config = pa.Table.from_pylist(_config_rows(listing.trials), schema=_CONFIG_SCHEMA)
+        con.register("__comgra_config", config)
+        con.execute(f"CREATE OR REPLACE VIEW {CONFIG_TABLE} AS SELECT * FROM __comgra_config")
         for table in SHARD_TABLES:
             parts = []
             paths = [shard.path for shard in listing.shards[table]]
@@ -656,4 +668,14 @@ def _legacy_note_rows(trial_id: str, data: bytes) -> list[dict]:
             rows.append({"trial_id": trial_id,
                          "text": line.decode("utf-8", "replace"), "wall_time": 0.0,
                          "training_step": None})
+    return rows
+
+
+def _config_rows(trials: list[dict]) -> list[dict]:
+    rows = []
+    for trial in trials:
+        for key, value in json.loads(trial.get("config") or "{}").items():
+            number = (float(value) if isinstance(value, (int, float)) else None)
+            rows.append({"trial_id": trial["trial_id"], "key": key,
+                         "value": json.dumps(value), "number": number})
     return rows

@@ -142,3 +142,17 @@ def test_watch_stores_the_config_in_its_trial_and_its_validation_trial(tmp_path)
     with pytest.raises(ConfigurationError, match="is a set"):
         watch(net, standalone_dir=tmp_path / "w2", config={"x": {1, 2}})
     assert not (tmp_path / "w2").exists()
+
+
+def test_whole_group_sql_has_the_config_as_a_table(sweep):
+    from comgra_like.query import sql
+    group, _ = sweep
+    frame = sql(group, "SELECT trial_id, number FROM config WHERE key = 'optim.lr' "
+                       "ORDER BY trial_id")
+    assert list(frame["trial_id"]) == ["lr0", "lr1", "lr2"]
+    assert list(frame["number"]) == [0.01, 0.1, 0.3]
+    joined = sql(group, "SELECT t.trial_id, c.value FROM trials t JOIN config c USING "
+                        "(trial_id) WHERE c.key = 'optim.name'")
+    assert set(joined["value"]) == {'"sgd"'}
+    configs = sql(group, "SELECT trial_id, config FROM trials ORDER BY trial_id")
+    assert json.loads(configs["config"].iloc[3]) == {}
