@@ -51,6 +51,7 @@ class WatchHandle:
         self.own = own
         self.backend = backend
         self._metrics = metrics
+        self._flight = None  # watch(flight_recorder=): record/flight_watch.py
 
     @property
     def group_path(self) -> Path:
@@ -107,6 +108,8 @@ class WatchHandle:
         if watcher.closed:
             return
         try:
+            if self._flight is not None:
+                self._flight.close()
             if self._metrics is not None:
                 self._metrics.close()
             watcher.close()
@@ -163,6 +166,7 @@ def watch(
     seed: int = 0,
     metrics: Mapping | None = None,
     config: Mapping | None = None,
+    flight_recorder=None,
 ) -> WatchHandle:
     """Record every module of ``module``: inputs, outputs, their per-sample gradient
     norms, parameters and parameter gradients, as tensors of the recording and as
@@ -194,6 +198,8 @@ def watch(
     ``config``: the trial's hyperparameters (JSON values, nested dicts flattened with
     dots; ``Group.read_config``, the Compare page), stored in the own trial and its
     validation trial; with ``recorder=`` pass it to the ``ComgraRecorder`` instead.
+    ``flight_recorder``: a ``comgra_like.FlightRecorder`` armed on every training step
+    (parameters, their gradients and updates, the model's output; docs/FLIGHT.md).
 
     Returns a :class:`WatchHandle` (``unwatch()``, or use it in a ``with`` block).
     """
@@ -255,6 +261,8 @@ def watch(
     if metrics is not None:  # checked before anything is created
         tracked = None if own else getattr(recorder, "_modules", {}).get(id(module))
         specs = resolve_config(module, metrics, tracked or name or "model")
+    if flight_recorder is not None:  # issue 30 (record/flight_watch.py, docs/FLIGHT.md)
+        _check_flight(flight_recorder, own)
     if own:
         root = name if name is not None else "model"
         _check_name(root)
@@ -296,6 +304,11 @@ def watch(
                    (lambda: recorder.training_step if recorder._stage != "idle" else None))
         collector = Collector(module, specs, root, recorder.writer, step_of)
     handle = WatchHandle(watcher, recorder, own, backend, collector)
+    if flight_recorder is not None and getattr(recorder, "trial_path", None) is not None:
+        from .record.flight_watch import FlightDriver
+
+        handle._flight = FlightDriver(flight_recorder, module, root, recorder.trial_path,
+                                      recorder.rank)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "
                f"{handle.location} (trial {recorder.trial_id}); open it with: "
@@ -308,6 +321,19 @@ def watch(
 
 
 _log = log
+
+
+def _check_flight(flight_recorder, own: bool) -> None:
+    from .record.flight import FlightRecorder
+
+    if not isinstance(flight_recorder, FlightRecorder):
+        raise ConfigurationError("flight_recorder must be a comgra_like.FlightRecorder(...), "
+                                 f"got {type(flight_recorder).__name__}")
+    if not own:
+        raise ConfigurationError(
+            "watch(recorder=..., flight_recorder=...): pass flight_recorder= to your "
+            "ComgraRecorder(...) instead; it then sees every step of your loop")
+    flight_recorder.check_free()
 
 
 def attach(tensor: torch.Tensor, parent_module: torch.nn.Module, name: str) -> torch.Tensor:

@@ -260,6 +260,17 @@ class FlightRecorder:
             self._keep(p.full_name, ff.GRADIENT, g, copied=False)
 
     @_guarded
+    def observe_gradient(self, name: str, grad: torch.Tensor) -> None:
+        """One parameter's gradient (watch()'s post-accumulate hooks); the parameters'
+        gradients are then not read again at the end of the step."""
+        if self._step is None:
+            return
+        self._params_seen_grad = True
+        g = grad.detach()
+        self._observe(self._key(name, name, ff.GRADIENT, "parameter", _PARAM_GRAD, g), g)
+        self._keep(name, ff.GRADIENT, g, copied=False)
+
+    @_guarded
     def observe_kpi(self, group: str, name: str, value) -> None:
         if self._step is None:
             return

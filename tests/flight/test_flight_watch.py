@@ -1,0 +1,74 @@
+"""watch(model, flight_recorder=...): the flight recorder on every training step while
+watch records one step in log_freq (issue 30)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comgra_like import ConfigurationError, FlightRecorder, watch
+from comgra_like.analysis import find
+from comgra_like.query import open_group
+
+from .loops import make_model
+
+
+def _loop(tmp_path, trial, steps, flight, nan_param_at=None, log_freq=1000):
+    torch.set_num_threads(1)
+    model = make_model(0)
+    gen = torch.Generator().manual_seed(1)
+    teacher = torch.randn(12, 3, generator=gen)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    handle = watch(model, log_freq=log_freq, standalone_dir=tmp_path, trial_id=trial,
+                   verbose=False, flight_recorder=flight)
+    with handle:
+        for step in range(steps):
+            x = torch.randn(16, 12, generator=gen)
+            opt.zero_grad(set_to_none=True)
+            if nan_param_at == step:
+                with torch.no_grad():
+                    x[0, 0] = float("nan")
+            loss = ((model(x) - x @ teacher) ** 2).mean()
+            loss.backward()
+            opt.step()
+    return model, handle
+
+
+def test_watch_flight_catches_a_nan_between_recorded_steps(tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        fr = FlightRecorder(window=16)
+        _, handle = _loop(tmp_path, "w", 80, fr, nan_param_at=57)
+        # the NaN input at step 57 makes the output NaN, then every gradient and update
+        assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 57)]
+        assert fr.fired[0]["tensor"] == "model.output"
+        group = open_group(tmp_path)
+        (trigger,) = group.list_flight_triggers("w")
+        rows = group.read_flight("w")
+        assert sorted(rows["training_step"].unique()) == list(range(42, 58))
+        have = set(zip(rows["name"], rows["role"]))
+        for name, _ in make_model(0).named_parameters():
+            for role in ("value", "gradient", "update"):
+                assert (f"model.{name}", role) in have
+        (finding,) = [f for f in find(group, "w") if f.kind == "flight_non_finite"]
+        assert finding.steps == (57,) and finding.node == "model"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_watch_flight_leaves_training_bitwise_identical_and_clean_runs_silent(tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        fr = FlightRecorder()
+        armed, _ = _loop(tmp_path, "armed", 150, fr, log_freq=50)
+        plain, _ = _loop(tmp_path, "plain", 150, None, log_freq=50)
+        for a, b in zip(armed.parameters(), plain.parameters()):
+            assert torch.equal(a, b)
+        assert fr.fired == []
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_watch_flight_with_a_users_recorder_is_refused(tmp_path):
+    with pytest.raises(ConfigurationError, match="pass flight_recorder= to your"):
+        watch(make_model(0), recorder=object(), flight_recorder=FlightRecorder())
