@@ -17,6 +17,9 @@ process, in alternating chunks of ``--chunk`` steps (same data, same seeds):
                reduces (one ``torch.sum`` per registered tensor, its gradient, each
                parameter, its gradient and its value after the step), nothing else.
 
+``--watch``: the transformer of ``benchmark_watch.py`` instead: bare, ``watch(log_freq=100)``
+and the same with ``flight_recorder=FlightRecorder()`` (target: x1.10).
+
 Printed: ms per step of each and the ratios to ``bare`` (the median over rounds of the
 per-round ratio), and armed minus bound. The targets of issue 30: armed <= x1.05 and
 within 0.03 of the bound.
@@ -70,12 +73,64 @@ class _Bound:
         pass
 
 
+def watch_main(args) -> int:
+    """--watch: the transformer of benchmark_watch.py (watch_workloads.py), bare vs
+    watch(log_freq=100) vs watch(log_freq=100, flight_recorder=FlightRecorder()),
+    side by side in chunks (issue 30's target: armed watch <= x1.10)."""
+    import torch
+    import watch_workloads as W
+
+    from comgra_like import FlightRecorder, watch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1234)
+    base = W.build("transformer")
+    root = tempfile.mkdtemp(prefix="comgra-flight-watch-")
+    runs = {}
+    for name in ("bare", "watch", "watch+flight"):
+        work = copy.copy(base)
+        work.model = copy.deepcopy(base.model)
+        opt = torch.optim.SGD(work.model.parameters(), lr=work.lr)
+        gen = torch.Generator().manual_seed(99)
+        handle = None
+        if name != "bare":
+            handle = watch(work.model, log_freq=100, verbose=False, standalone_dir=root,
+                           trial_id=name.replace("+", "_"),
+                           flight_recorder=FlightRecorder() if "flight" in name else None)
+        runs[name] = (work, opt, gen, handle, [])
+    for name, (work, opt, gen, _, _) in runs.items():
+        for _ in range(10):
+            W.train_step(work.model, opt, work, gen)
+    for _ in range(args.steps // args.chunk):
+        for name, (work, opt, gen, _, times) in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(args.chunk):
+                W.train_step(work.model, opt, work, gen)
+            times.append(time.perf_counter() - t0)
+    for (_, _, _, handle, _) in runs.values():
+        if handle is not None:
+            handle.unwatch()
+    bare = runs["bare"][4]
+    print(f"watch workload 'transformer' (benchmark_watch.py), log_freq 100, "
+          f"{args.threads} torch thread(s), {args.steps} steps per variant")
+    for name, (_, _, _, _, times) in runs.items():
+        ratio = statistics.median(t / b for t, b in zip(times, bare))
+        print(f"  {name:13s} {1000 * statistics.median(times) / args.chunk:7.3f} ms/step   "
+              f"x{ratio:.3f}")
+    print("target: watch+flight <= x1.10")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=600, help="steps per variant")
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--threads", type=int, default=br.WORKLOAD["torch_threads"])
+    ap.add_argument("--watch", action="store_true",
+                    help="the watch() transformer workload instead of the recorder's MLP")
     args = ap.parse_args(argv)
+    if args.watch:
+        return watch_main(args)
 
     import torch
 
