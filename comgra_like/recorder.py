@@ -718,12 +718,12 @@ class ComgraRecorder:
         (a StorageError then). A failure of the writer is raised here as StorageError."""
         if not self.comgra_is_active or self._finalized:
             return
-        if self._flight is not None:
-            self._flight.settle()
         self._submit_kpis()
         for collector in self._metrics:
             collector.flush()
         self._writer.flush(timeout)
+        if self._flight is not None:  # a GPU's last step is judged now (may raise on purpose)
+            self._flight.settle()
 
     def drain(self) -> None:
         """Block until the writer has taken in every recorded step sent so far (their
@@ -755,9 +755,14 @@ class ComgraRecorder:
             self._drop_step()
             self._stage = "idle"
         self._finalized = True
-        if self._flight is not None:
-            self._flight.settle()
-            self._flight = None
+        flight, self._flight = self._flight, None
+        try:
+            if flight is not None:  # a GPU's last step is judged now (may raise on purpose)
+                flight.settle()
+        finally:
+            self._finalize_writer()
+
+    def _finalize_writer(self) -> None:
         for collector in self._metrics:  # the last step's metrics, then no more hooks
             collector.close()
         self._metrics = []
