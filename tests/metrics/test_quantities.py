@@ -541,6 +541,7 @@ def test_the_docs_show_the_table_as_the_definitions_render_it():
     """docs/METRICS.md carries the table; a changed definition must be rendered there too
     (paste markdown_table()'s output)."""
     from pathlib import Path
+
     from comgra_like.metrics.quantities import markdown_table
     page = Path(__file__).resolve().parents[2] / "docs" / "METRICS.md"
     assert markdown_table() in page.read_text(encoding="utf-8")
