@@ -120,6 +120,13 @@ class Group:
         return self._index.skipped
 
     @property
+    def indexing(self) -> tuple[int, int] | None:
+        """(trial folders indexed, trial folders listed) while a refresh indexes trials it
+        had not seen (the first refresh of a large group takes seconds), None otherwise.
+        :meth:`list_trials` lists the trials indexed so far meanwhile, each whole."""
+        return self._index.progress
+
+    @property
     def cache(self) -> ByteLRU:
         return self._cache
 
@@ -163,6 +170,11 @@ class Group:
 
     def list_trials(self) -> list[TrialInfo]:
         return [t.info for t in self._index.trials()]
+
+    def trial_info(self, trial_id: str) -> TrialInfo:
+        """One trial's :class:`TrialInfo` (as :meth:`list_trials` lists it), without
+        listing the others; NotFoundError for a trial not indexed."""
+        return self._trial(trial_id).info
 
     def read_config(self, trial_id: str) -> dict:
         """The trial's hyperparameters as recorded (``config=`` of the recorder or
@@ -878,8 +890,10 @@ def _non_decreasing(column: pa.ChunkedArray) -> bool:
 
 
 def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, *,
-               cache: ByteLRU | None = None) -> Group:
-    """Open a group folder (``<comgra_root_path>/<group>``) and index what is there."""
+               cache: ByteLRU | None = None, refresh: bool = True) -> Group:
+    """Open a group folder (``<comgra_root_path>/<group>``) and index what is there
+    (``refresh=False``: nothing yet; the first :meth:`Group.refresh` does, e.g. in
+    another thread, while :meth:`Group.list_trials` lists the trials indexed so far)."""
     path = Path(path)
     files = files_for(path)
     if files.remote:  # s3://bucket/prefix/group: a prefix exists once objects are under it
@@ -896,7 +910,8 @@ def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, 
     elif not path.is_dir():
         raise NotFoundError(f"{path} is not a folder; pass a group folder")
     group = Group(path, cache_bytes=cache_bytes, cache=cache)
-    group.refresh()
+    if refresh:
+        group.refresh()
     return group
 
 
