@@ -32,6 +32,7 @@ def create_app(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     prefetch: bool = True,
     read_only: bool = False,
+    index_wait: float | None = None,
 ) -> dash.Dash:
     """A Dash app showing the group folder ``path`` (which may not exist yet).
 
@@ -39,10 +40,13 @@ def create_app(
     of the server-side caches (shared by all browser sessions). ``prefetch``: read the
     steps before and after the one shown in the background (off: every step is read when
     it is shown; benchmarks compare both). ``read_only``: refuse the callbacks that write
-    into the group (the Flow page's saved inputs and row requests). The server-side parts
+    into the group (the Flow page's saved inputs and row requests). ``index_wait``: index
+    the group in the background and wait at most this many seconds for it (None: index it
+    before returning; ``comgra`` waits 1 s, then serves while it indexes). The server-side parts
     are at ``app.comgra_parts``.
     """
-    data = AppData(path, cache_bytes=cache_bytes, refresh_seconds=refresh_seconds)
+    data = AppData(path, cache_bytes=cache_bytes, refresh_seconds=refresh_seconds,
+                   index_wait=index_wait)
     parts = AppParts(
         data=data,
         timings=Timings(),

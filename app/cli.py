@@ -37,6 +37,11 @@ from .server import DEFAULT_HOST, DEFAULT_PORT  # noqa: F401  (the defaults, for
 #: without; benchmarks/benchmark_scale.py --default-malloc).
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "2"}
 _M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # malloc.h
+#: The server waits at most this many seconds for the group's first index before it
+#: serves; a larger group goes on being indexed in the background, and the pages show
+#: the trials indexed so far (2,000 trials took 33-51 s to index before the server
+#: answered at all).
+START_INDEX_WAIT = 1.0
 
 
 def bound_allocators() -> bool:
@@ -256,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         refresh_seconds=args.refresh,
         cache_bytes=int(args.cache_mb * 2**20),
         read_only=options.read_only,
+        index_wait=START_INDEX_WAIT,
     )
 
     def announce(urls: list[str]) -> None:

@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
 from comgra_like.errors import ComgraError, ConfigurationError, NotFoundError
 from comgra_like.query.cache import ByteLRU, estimate_bytes
-from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH, RUNNING
+from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH
 
 from . import selection as sel
+from .findings_scan import Findings
+from .statistic_table import StatisticTable
 from .steps import StepList
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
@@ -41,10 +41,6 @@ _NAMESPACE = "comgra_like.app"  # the first part of every key the GUI puts in th
 MAX_READ_PROBLEMS = 50
 #: The last this many refreshes are kept (:meth:`AppData.refreshes`).
 KEEP_REFRESHES = 50
-#: A running trial's findings are scanned again at the earliest after this many times
-#: the last scan took (a 2,000-step trial takes seconds: scanning at every refresh of a
-#: live run would keep a core busy beside the training).
-FINDINGS_PAUSE = 4.0
 log = logging.getLogger("comgra_like.app")
 
 
@@ -87,97 +83,6 @@ class RefreshRecord:
     version: int  # the group's data version after it (0: no group yet)
 
 
-class StatisticTable:
-    """One statistic of every tensor row of a trial (batch aggregations and tensors without
-    a batch dimension, no single samples), with NaN and Inf counts: ONE
-    ``read_statistics`` call, kept as numpy columns ordered by step, so that the painted
-    graph reads a step by slicing (no query per step).
-    """
-
-    KEYS = ("iteration", "node", "role", "recording_type", "aggregation")
-
-    def __init__(self, group: Any, trial_id: str, statistic: str):
-        self.statistic = statistic
-        names = list(dict.fromkeys([statistic, "nan_count", "inf_count"]))
-        table = group.read_statistics(
-            trial_id,
-            aggregations=[*BATCH_AGGREGATIONS, NO_BATCH],
-            statistics=names,
-            as_pandas=False,
-        )
-        frame = table.select(["training_step", *self.KEYS, *names]).to_pandas()
-        self.steps = frame["training_step"].to_numpy(np.int64)
-        self.iterations = frame["iteration"].to_numpy(np.int64)
-        # names as categorical codes: a step's lookup compares small ints, not strings
-        self.codes: dict[str, np.ndarray] = {}
-        self.names: dict[str, list[str]] = {}
-        for key in self.KEYS[1:]:
-            column = frame[key].astype("category")
-            self.codes[key] = column.cat.codes.to_numpy()
-            self.names[key] = [str(c) for c in column.cat.categories]
-        value = frame[statistic]
-        # null: not computed for that row (an update ratio of an activation); NaN is data
-        self.missing = np.asarray(pc.is_null(table.column(statistic)), dtype=bool)
-        self.values = value.to_numpy(np.float64, na_value=np.nan)
-        counts = [frame[c].to_numpy(np.float64, na_value=0.0) for c in ("nan_count", "inf_count")]
-        self.non_finite = (counts[0] > 0) | (counts[1] > 0)
-        self._memo: dict[tuple, bool] = {}  # has_values
-
-    @property
-    def nbytes(self) -> int:
-        """For the cache bound."""
-        arrays = [self.steps, self.iterations, self.values, self.missing, self.non_finite,
-                  *self.codes.values()]
-        return sum(a.nbytes for a in arrays) + 1024
-
-    def recording_types(self) -> list[str]:
-        return list(self.names["recording_type"])
-
-    def _code(self, key: str, name: str) -> int:
-        try:
-            return self.names[key].index(name)
-        except ValueError:
-            return -2  # never a code (pandas uses -1 for missing)
-
-    def _rows(self, recording_type: str, aggregation: str,
-              lo: int = 0, hi: int | None = None) -> np.ndarray:
-        """Row numbers in [lo, hi) of ``recording_type`` with ``aggregation`` or none."""
-        hi = len(self.steps) if hi is None else hi
-        rt = self.codes["recording_type"][lo:hi] == self._code("recording_type", recording_type)
-        agg = self.codes["aggregation"][lo:hi]
-        wanted = (agg == self._code("aggregation", aggregation)) | (
-            agg == self._code("aggregation", NO_BATCH))
-        return lo + np.flatnonzero(rt & wanted)
-
-    def at_step(self, training_step: int, recording_type: str, aggregation: str
-                ) -> dict[tuple[int, str, str], tuple[float | None, bool]]:
-        """(iteration, node, role) -> (value or None, holds NaN/Inf) at one step, for one
-        recording type and batch aggregation (tensors without a batch dimension too)."""
-        lo, hi = np.searchsorted(self.steps, [training_step, training_step + 1])
-        out: dict[tuple[int, str, str], tuple[float | None, bool]] = {}
-        nodes, roles = self.names["node"], self.names["role"]
-        for i in self._rows(recording_type, aggregation, int(lo), int(hi)):
-            key = (int(self.iterations[i]), nodes[self.codes["node"][i]],
-                   roles[self.codes["role"][i]])
-            value = None if self.missing[i] else float(self.values[i])
-            out[key] = (value, bool(self.non_finite[i]))
-        return out
-
-    def has_values(self, recording_type: str, aggregation: str) -> bool:
-        """Whether any row of the recording type and aggregation has the statistic."""
-        key = ("has", recording_type, aggregation)
-        if key not in self._memo:
-            self._memo[key] = bool(self.all_values(recording_type, aggregation).size)
-        return self._memo[key]
-
-    def all_values(self, recording_type: str, aggregation: str) -> np.ndarray:
-        """Every recorded value of a recording type and aggregation over all steps (for
-        a colour scale that stays the same while the steps change)."""
-        rows = self._rows(recording_type, aggregation)
-        return self.values[rows[~self.missing[rows]]]
-
-
-#: The rank selector's value for "all ranks merged" (a distributed recording).
 MERGED_RANKS = "merged"
 
 
@@ -191,6 +96,7 @@ class AppData:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         refresh_seconds: float = 2.0,
         open_group: Callable[..., Any] | None = None,
+        index_wait: float | None = None,
     ):
         self.path = Path(path).expanduser()
         self.refresh_seconds = float(refresh_seconds)
@@ -207,10 +113,12 @@ class AppData:
         # reads that failed in a way the query API did not foresee: where -> why
         self._read_problems: dict[str, str] = {}
         self._refreshes: deque[RefreshRecord] = deque(maxlen=KEEP_REFRESHES)
-        self.findings_pause = FINDINGS_PAUSE
-        # trial -> (cache key, data version, monotonic start, seconds) of its last scan
-        self._scans: dict[str, tuple[tuple, int, float, float]] = {}
-        self.refresh(force=True)
+        self._findings = Findings(self, _NAMESPACE)
+        self._indexer: threading.Thread | None = None
+        if index_wait is None:
+            self.refresh(force=True)
+        else:
+            self._index_in_background(index_wait)
 
     # --- refresh ----------------------------------------------------------------------
 
@@ -219,8 +127,56 @@ class AppData:
         """The query API's Group, or None while the path does not exist yet."""
         return self._group
 
+    def _index_in_background(self, wait: float) -> None:
+        """Open the group and index it in a thread of its own (the first index of
+        thousands of trials takes tens of seconds); wait at most ``wait`` seconds for it.
+        Meanwhile the pages show the trials indexed so far and the status says how far
+        the index is."""
+        started = time.perf_counter()
+        try:
+            self._group = self._open_group(self.path, cache=self.cache, refresh=False)
+        except ComgraError as exc:
+            self._problem = str(exc)
+            return  # the next refresh tries again
+        except OSError as exc:
+            self._problem = f"{self.path} cannot be read: {exc}"
+            return
+
+        def index() -> None:
+            # not under self._lock: status() and the pages go on meanwhile
+            try:
+                report = self._group.refresh()
+            except (ComgraError, OSError) as exc:
+                self._problem = f"Reading {self.path} failed: {exc}"
+                return  # the next refresh tries again
+            except Exception as exc:
+                log.exception("indexing %s failed", self.path)
+                self._problem = f"Indexing {self.path} failed ({type(exc).__name__}: {exc})"
+                return
+            with self._lock:
+                self._note_report(report)
+                seconds = time.perf_counter() - started
+                self._refreshes.append(
+                    RefreshRecord(time.time(), seconds, seconds, int(self._group.version)))
+
+        self._indexer = threading.Thread(target=index, name="comgra-index", daemon=True)
+        self._indexer.start()
+        self._indexer.join(max(0.0, wait))
+
+    @property
+    def indexing(self) -> tuple[int, int] | None:
+        """(trial folders indexed, listed) while the first index runs in the background
+        (``index_wait``), else None."""
+        indexer = self._indexer
+        if indexer is None or not indexer.is_alive():
+            return None
+        progress = self._group.indexing if self._group is not None else None
+        return progress or (0, 0)
+
     def refresh(self, force: bool = False) -> DataStatus:
         """Look for new data (at most twice per refresh interval, whoever asks) and report."""
+        if self.indexing is not None and not force:
+            return self.status()  # the first index is still running: report how far
         with self._lock:
             now = time.monotonic()
             if force or now - self._last_refresh >= self.refresh_seconds / 2:
@@ -267,13 +223,17 @@ class AppData:
             self._problem = f"Reading {self.path} failed: {exc}"
             return time.perf_counter() - started
         group_seconds = time.perf_counter() - started
+        self._note_report(report)
+        return group_seconds
+
+    def _note_report(self, report: Any) -> None:
+        """A refresh's report: the trials it found something in get a new data version."""
         self._problem = None
         touched = list(report.new_trials) + list(report.changed_trials)
         for trial_id in touched:
             self._trial_versions[trial_id] = self._trial_versions.get(trial_id, 0) + 1
         if touched:
             self._last_data_time = time.time()
-        return group_seconds
 
     def status(self) -> DataStatus:
         group = self._group
@@ -284,7 +244,12 @@ class AppData:
             skipped += tuple(self._read_problems.items())
         problem = self._problem
         trials = tuple((t.trial_id, str(t.status)) for t in group.list_trials())
-        if problem is None and not trials:
+        indexing = self.indexing
+        if problem is None and indexing is not None:
+            done, total = indexing
+            problem = (f"Indexing {self.path}: {done} of {total} trial folders read; the "
+                       f"{len(trials)} trials read so far are shown.")
+        elif problem is None and not trials:
             problem = f"No trials in {self.path} yet; waiting for the recorder to write some."
         return DataStatus(int(group.version), trials, self._last_data_time, skipped, problem)
 
@@ -345,7 +310,10 @@ class AppData:
     def trial_info(self, trial_id: str) -> Any | None:
         if self._group is None:
             return None
-        return next((t for t in self._group.list_trials() if t.trial_id == trial_id), None)
+        try:
+            return self._group.trial_info(trial_id)
+        except NotFoundError:
+            return None
 
     def steps(self, trial_id: str) -> StepList:
         """The recorded steps of a trial, by training step (sorted; a compact mapping the
@@ -606,44 +574,32 @@ class AppData:
 
     def findings(self, trial_id: str) -> list[dict[str, Any]]:
         """The findings of one trial (``comgra_like.analysis``) as dicts, most severe
-        first, as of :meth:`findings_version`.
-
-        Computed once per data version of the trial, so that new data is scanned again;
-        while the trial is running, at most once per ``findings_pause`` times the last
-        scan's duration (the older findings are returned meanwhile; ask again later).
-        """
-        if self._group is None or trial_id not in self.trial_ids():
+        first, as of :meth:`findings_version`, scanned now if needed (app/findings_scan.py:
+        once per data version; a running trial at most once per ``findings_pause`` times
+        its last scan's duration, the older findings meanwhile)."""
+        if self._group is None or self.trial_info(trial_id) is None:
             return []
-        version = self.trial_version(trial_id)
-        key = (_NAMESPACE, ("findings", trial_id, version))
-        missing = object()
-        found = self.cache.get(key, missing)
-        if found is not missing:
-            return found
-        last = self._scans.get(trial_id)
-        info = self.trial_info(trial_id)
-        if last is not None and info is not None and info.status == RUNNING and (
-                time.monotonic() < last[2] + last[3] * (1 + self.findings_pause)):
-            older = self.cache.get(last[0], missing)
-            if older is not missing:
-                return older
+        return self._findings.of(trial_id)
 
-        def compute() -> list[dict[str, Any]]:
-            from comgra_like.analysis import find_in_trial
+    def gather_findings(self, trial_ids: Sequence[str], wait: float
+                        ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+        """(findings of the trials scanned so far, by trial; trials still being scanned in
+        the background), after waiting at most ``wait`` seconds (app/findings_scan.py)."""
+        if self._group is None:
+            return {}, []
+        return self._findings.gather(trial_ids, wait)
 
-            return [f.to_dict() for f in find_in_trial(self._group, trial_id)]
+    @property
+    def findings_pause(self) -> float:
+        return self._findings.pause
 
-        started = time.monotonic()
-        found = self._safely(f"findings of {trial_id}", compute, [])
-        seconds = time.monotonic() - started
-        self.cache.put(key, found, estimate_bytes(found))
-        self._scans[trial_id] = (key, version, started, seconds)
-        return found
+    @findings_pause.setter
+    def findings_pause(self, value: float) -> None:
+        self._findings.pause = float(value)
 
     def findings_version(self, trial_id: str) -> int:
         """The data version of the trial that :meth:`findings` last scanned (0: none)."""
-        last = self._scans.get(trial_id)
-        return last[1] if last is not None else 0
+        return self._findings.version(trial_id)
 
     def modules(self, trial_id: str) -> list[Any]:
         return self._group.read_modules(trial_id) if self._group is not None else []

@@ -3,7 +3,9 @@
 The list covers every trial of the group (or one), most severe first, filterable by
 severity, kind and trial, and follows new data: each trial's findings are computed once
 per data version (``AppData.findings``), so a refresh that finds new steps scans that
-trial again. A click on a finding opens the Tensors page at the place it names (trial,
+trial again. A large group is scanned in the background (app/findings_scan.py): the
+page lists the findings of the trials scanned so far and says how many are left. A
+click on a finding opens the Tensors page at the place it names (trial,
 step, iteration, node, role, recording type, batch aggregation and the statistic of the
 series): ``selection.open_where`` makes the selection, the URL switches the page.
 """
@@ -41,6 +43,9 @@ ALL_TRIALS = "__all__"  # names starting with "__" are reserved: never a trial i
 SEVERITY_CLASSES = {"error": "bg-danger", "warning": "bg-warning text-dark", "info": "bg-info"}
 #: At most this many findings are listed (the summary says how many there are).
 MAX_LISTED = 500
+#: A callback waits at most this many seconds for trials not scanned yet; the rest are
+#: scanned in the background and listed at the next ticks (app/findings_scan.py).
+SCAN_WAIT = 1.0
 
 
 def finding_id(index: int | Any) -> dict:
@@ -227,10 +232,13 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if trial not in (None, ALL_TRIALS) and trial not in trials:
             trial = ALL_TRIALS
         scanned = trials if trial in (None, ALL_TRIALS) else [trial]
-        # cached findings (a lookup) unless new data is due to be scanned
-        found = sort_findings([f for t in scanned for f in data.findings(t)])
+        # cached findings (a lookup) unless new data is due to be scanned: in a thread of
+        # its own, waited for at most SCAN_WAIT; the trials not scanned yet come at the
+        # next ticks (a group of 2,000 trials took two minutes to scan)
+        by_trial, waiting = data.gather_findings(scanned, SCAN_WAIT)
+        found = sort_findings([f for t in scanned for f in by_trial.get(t, ())])
         key = [[(t, data.findings_version(t)) for t in scanned], trials, severities, kinds,
-               trial]
+               trial, len(waiting)]
         if key == shown:
             return (no_update,) * 6
         listed = filter_findings(found, severities, kinds, trial)
@@ -242,9 +250,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if not trials:
             message = html.P("No trials yet.", className="text-muted")
             return message, "", [], kind_options, trial_options, key
+        summary = summary_text(found, len(listed), len(scanned) - len(waiting))
+        if waiting:
+            summary = html.Span([summary, html.Span(
+                f"; scanning: {len(scanned) - len(waiting)} of {len(scanned)} trials "
+                "scanned so far, the list grows", className="findings-scanning ms-1")])
         return (
             findings_table(listed),
-            summary_text(found, len(listed), len(scanned)),
+            summary,
             [f["where"] for f in listed[:MAX_LISTED]],
             kind_options,
             trial_options,
