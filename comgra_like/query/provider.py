@@ -235,9 +235,39 @@ class Group:
         """The recorded steps (one row per step and iteration) of one rank: ``rank``, or
         the lowest rank (every recording rank records the same steps)."""
         trial = self._trial(trial_id)
+        return _rank_rows(trial, "steps", self._rank(trial, rank))
+
+    def step_summary(self, trial_id: str, rank: int | None = None
+                     ) -> tuple[int, int | None, int | None]:
+        """(how many training steps one rank recorded, the first, the last; None, None
+        without steps) without building frames (the trials table of hundreds of trials)."""
+        trial = self._trial(trial_id)
         steps = trial.steps
-        steps = steps[steps[RANK] == self._rank(trial, rank)]
-        return steps.drop(columns=[RANK]).reset_index(drop=True)
+        chosen = steps["training_step"].to_numpy()
+        ranks = steps[RANK].to_numpy()
+        rank = self._rank(trial, rank)
+        if len(ranks) and not (ranks == rank).all():
+            chosen = chosen[ranks == rank]
+        if not len(chosen):
+            return 0, None, None
+        unique = np.unique(chosen)
+        return len(unique), int(unique[0]), int(unique[-1])
+
+    def last_kpis(self, trial_id: str, rank: int | None = None
+                  ) -> dict[tuple[str, str], float]:
+        """(KPI group, KPI name) -> the value at its largest timepoint (over every type
+        of execution) of one rank, without building frames."""
+        trial = self._trial(trial_id)
+        kpis = trial.kpis  # sorted by timepoint (stable): the last row of a KPI is its last
+        if not len(kpis):
+            return {}
+        ranks = kpis[RANK].to_numpy()
+        mask = ranks == self._rank(trial, rank)
+        columns = [kpis[c].to_numpy() for c in ("kpi_group", "kpi_name", "value")]
+        if not mask.all():
+            columns = [c[mask] for c in columns]
+        groups, names, values = columns
+        return {(str(g), str(n)): float(v) for g, n, v in zip(groups, names, values)}
 
     def read_modules(self, trial_id: str) -> list[ModuleInfo]:
         """The module tree; StorageError (the file is in :attr:`skipped`) for a damaged
@@ -266,8 +296,7 @@ class Group:
         kpis = trial.kpis
         if isinstance(rank, str) and rank == rank_merge.ALL:
             return kpis.copy()
-        return kpis[kpis[RANK] == self._rank(trial, rank)].drop(
-            columns=[RANK]).reset_index(drop=True)
+        return _rank_rows(trial, "kpis", self._rank(trial, rank))
 
     def read_graph(self, trial_id: str, training_step: int, iteration: int) -> Graph:
         trial = self._trial(trial_id)
@@ -866,6 +895,20 @@ class Group:
         """The full values a flight window kept: {(step, tensor, role): array}."""
         from .flight import read_flight_values
         return read_flight_values(self.path, trial_id, name)
+
+
+def _rank_rows(trial: TrialIndex, table: str, rank: int) -> pd.DataFrame:
+    """The rows of one rank of the trial's ``steps`` or ``kpis`` frame without the rank
+    column, made once per frame the index holds (a shallow copy each call: pandas copies
+    on write, so a caller's change never reaches the index)."""
+    frame = getattr(trial, table)
+    made = trial.rank_frames.get((table, rank))
+    if made is None or made[0] is not frame:
+        ranks = frame[RANK].to_numpy()
+        chosen = frame if (ranks == rank).all() else frame[ranks == rank]
+        made = (frame, chosen.drop(columns=[RANK]).reset_index(drop=True))
+        trial.rank_frames[(table, rank)] = made
+    return made[1].copy(deep=False)
 
 
 def _nbytes(value: Any) -> int:

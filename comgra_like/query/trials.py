@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 FIXED_COLUMNS = ("trial_id", "status", "created", "ranks", "steps_recorded", "first_step",
@@ -43,19 +42,18 @@ def trials_table(group, findings: Mapping[str, Mapping[str, int]] | Callable | N
     kpi_keys: set[str] = set()
     for info in group.list_trials():
         trial = info.trial_id
-        steps = group.list_steps(trial)
-        unique = np.unique(steps["training_step"].to_numpy()) if len(steps) else np.array([])
+        recorded, first, last = group.step_summary(trial)
         row: dict[str, Any] = {
             "trial_id": trial, "status": info.status, "created": info.created,
-            "ranks": len(group.list_ranks(trial)), "steps_recorded": len(unique),
-            "first_step": int(unique[0]) if len(unique) else None,
-            "last_step": int(unique[-1]) if len(unique) else None,
+            "ranks": len(group.list_ranks(trial)), "steps_recorded": recorded,
+            "first_step": first, "last_step": last,
         }
         for key, value in info.config.items():
             column = CONFIG_PREFIX + key
             row[column] = value if not isinstance(value, list) else str(value)
             config_keys.add(column)
-        for column, value in _last_kpis(group.read_kpis(trial)).items():
+        for (kpi_group, kpi_name), value in group.last_kpis(trial).items():
+            column = kpi_column(kpi_group, kpi_name)
             row[column] = value
             kpi_keys.add(column)
         if findings is not None:
@@ -70,12 +68,3 @@ def trials_table(group, findings: Mapping[str, Mapping[str, int]] | Callable | N
     for column in ("first_step", "last_step"):
         frame[column] = frame[column].astype("Int64")
     return frame
-
-
-def _last_kpis(kpis: pd.DataFrame) -> dict[str, float]:
-    if kpis.empty:
-        return {}
-    ordered = kpis.sort_values("timepoint", kind="stable")
-    last = ordered.groupby(["kpi_group", "kpi_name"], sort=False, observed=True).tail(1)
-    return {kpi_column(str(g), str(n)): float(v)
-            for g, n, v in zip(last["kpi_group"], last["kpi_name"], last["value"])}
