@@ -17,7 +17,7 @@ shards); nothing reads tensor values, so a table of hundreds of trials is quick.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -37,34 +37,42 @@ def trials_table(group, findings: Mapping[str, Mapping[str, int]] | Callable | N
                  ) -> pd.DataFrame:
     """The table for ``group`` (a ``Group``). ``findings``: counts per trial and severity
     (``{trial_id: {"error": 1, ...}}``), or a callable ``trial_id -> counts``."""
-    rows: list[dict[str, Any]] = []
-    config_keys: set[str] = set()
-    kpi_keys: set[str] = set()
-    for info in group.list_trials():
-        trial = info.trial_id
-        recorded, first, last = group.step_summary(trial)
-        row: dict[str, Any] = {
-            "trial_id": trial, "status": info.status, "created": info.created,
-            "ranks": len(group.list_ranks(trial)), "steps_recorded": recorded,
-            "first_step": first, "last_step": last,
-        }
-        for key, value in info.config.items():
-            column = CONFIG_PREFIX + key
-            row[column] = value if not isinstance(value, list) else str(value)
-            config_keys.add(column)
-        for (kpi_group, kpi_name), value in group.last_kpis(trial).items():
-            column = kpi_column(kpi_group, kpi_name)
-            row[column] = value
-            kpi_keys.add(column)
-        if findings is not None:
-            counts = findings(trial) if callable(findings) else findings.get(trial, {})
-            for severity in ("error", "warning", "info"):
-                row[FINDINGS_PREFIX + severity] = int(counts.get(severity, 0))
-        rows.append(row)
-    columns = list(FIXED_COLUMNS) + sorted(config_keys) + sorted(kpi_keys)
+    counts = None
     if findings is not None:
+        counts = findings if callable(findings) else (lambda t: findings.get(t, {}))
+    rows = [trial_row(group, info, counts) for info in group.list_trials()]
+    return table_of_rows(rows, findings is not None)
+
+
+def trial_row(group, info, findings: Callable | None = None) -> dict[str, Any]:
+    """One trial's row of the table as a dict (``info``: its ``TrialInfo``; ``findings``:
+    ``trial_id -> counts by severity``). Cheap: numbers the index holds, no frames."""
+    trial = info.trial_id
+    recorded, first, last = group.step_summary(trial)
+    row: dict[str, Any] = {
+        "trial_id": trial, "status": info.status, "created": info.created,
+        "ranks": len(group.list_ranks(trial)), "steps_recorded": recorded,
+        "first_step": first, "last_step": last,
+    }
+    for key, value in info.config.items():
+        row[CONFIG_PREFIX + key] = value if not isinstance(value, list) else str(value)
+    for (kpi_group, kpi_name), value in group.last_kpis(trial).items():
+        row[kpi_column(kpi_group, kpi_name)] = value
+    if findings is not None:
+        counts = findings(trial)
+        for severity in ("error", "warning", "info"):
+            row[FINDINGS_PREFIX + severity] = int(counts.get(severity, 0))
+    return row
+
+
+def table_of_rows(rows: Sequence[Mapping[str, Any]], with_findings: bool) -> pd.DataFrame:
+    """The table of rows made by :func:`trial_row`, its columns in the documented order."""
+    named = {c for row in rows for c in row}
+    columns = (list(FIXED_COLUMNS) + sorted(c for c in named if c.startswith(CONFIG_PREFIX))
+               + sorted(c for c in named if c.startswith(KPI_PREFIX)))
+    if with_findings:
         columns += [FINDINGS_PREFIX + s for s in ("error", "warning", "info")]
-    frame = pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(list(rows), columns=columns)
     for column in ("first_step", "last_step"):
         frame[column] = frame[column].astype("Int64")
     return frame
