@@ -83,6 +83,7 @@ class RefreshRecord:
     version: int  # the group's data version after it (0: no group yet)
 
 
+#: The rank selector's value for "all ranks merged" (a distributed recording).
 MERGED_RANKS = "merged"
 
 
