@@ -121,7 +121,7 @@ class Group:
 
     @property
     def indexing(self) -> tuple[int, int] | None:
-        """(trial folders indexed, trial folders listed) while a refresh indexes trials it
+        """(new trials indexed, new trial folders found) while a refresh indexes trials it
         had not seen (the first refresh of a large group takes seconds), None otherwise.
         :meth:`list_trials` lists the trials indexed so far meanwhile, each whole."""
         return self._index.progress
