@@ -1,8 +1,9 @@
 """The committed recording in example_runs/tutorial must stay readable, and every page
 of the GUI must have something to show on it (docs/EXAMPLES.md).
 
-The tutorial's two trials were written by an earlier version
-(``benchmarks/make_example_run.py``); ``trial_watched_classifier`` was added later by
+The tutorial's two trials were written by an earlier version (by the script that
+``python -m comgra_like.scripts.make_examples --only tutorial`` replaces);
+``trial_watched_classifier`` was added later by
 ``python -m comgra_like.scripts.make_examples --only watched``. If a change of the
 storage format or of the query API makes these tests fail, old recordings on users'
 disks would break the same way: keep reading the old format (or migrate it), don't

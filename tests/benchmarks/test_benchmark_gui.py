@@ -50,7 +50,7 @@ def test_the_benchmark_server_reports_refreshes_caches_and_timings(tiny_group, t
 
 @pytest.mark.parametrize(
     "script", ["benchmark_gui.py", "benchmark_recorder.py", "make_synthetic_group.py",
-               "screenshot_pages.py", "make_example_run.py"]
+               "screenshot_pages.py"]
 )
 def test_each_tool_starts_as_a_file(script, tmp_path):
     done = subprocess.run(
