@@ -7,7 +7,8 @@
 Without --path it records a small conv net (a stem convolution, a residual block with an
 in-place ReLU called twice, a nested Sequential head) with ``comgra_like.watch`` into a
 temporary folder first (needs torch). The page opens the module named by --open (a click
-on it in the module graph) and picks --pick as well, so two histogram panels show.
+on it in the module graph) and then its child --pick (the panel of the picked module
+replaces the container's: only the clicked module's panel stays open).
 --time-page prints the server time of the page's callbacks (``create_app``'s timings).
 Uses benchmarks/_browser.py's browser helpers.
 """
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             settle(driver)
             if args.pick:
                 click_module(driver, args.pick)
-                wait_for_css(driver, ".modules-panel + .modules-panel", timeout=30)
+                wait_for_css(driver, f'.modules-panel[data-module$="{args.pick}"]', timeout=30)
                 settle(driver)
             if args.time_page:
                 print(f"browser: module graph shown {shown:.2f} s after loading /modules, "
