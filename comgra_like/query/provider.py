@@ -338,6 +338,11 @@ class Group:
         all values before sampling). Each filter is a value or a list of values.
         An empty frame for a trial without histograms.
 
+        A parameter held by several modules (tied weights) is recorded once, under its
+        first holder; its params/params_grad rows are shown under every holder, with
+        ``shared_with`` (the other holders) and ``recorded_as`` (the node it is stored
+        under) saying so (docs/PAGES.md).
+
         A distributed recording: one rank's rows (``rank``, by default the lowest), or
         with ``ranks`` (``"all"`` or a list) those ranks' rows side by side, with a
         ``rank`` column; :meth:`read_merged_histograms` adds them up.
