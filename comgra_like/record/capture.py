@@ -95,9 +95,12 @@ class Capturer:
             n = t.numel()
             seg_index, offset = self._writer.allocate(slot, n)
             seg = slot.segments[seg_index]
-            if seg.view is None:
-                seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
-            views.append(seg.view[offset:offset + n].view(t.shape))
+            # Views made under torch.inference_mode() (a validation step recorded first)
+            # would be inference tensors that no later step outside it may copy into.
+            with torch.inference_mode(False):
+                if seg.view is None:
+                    seg.view = torch.frombuffer(seg.mm, dtype=torch.float32)
+                views.append(seg.view[offset:offset + n].view(t.shape))
             refs += (seg_index, offset)
             layout.append(CaptureSpec(reg.tensor_name, reg.node, reg.role, reg.kind,
                                       reg.iteration, recording_types[i], tuple(t.shape),
