@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,8 @@ def test_a_reader_sees_whole_trials_while_the_first_refresh_runs(tiny_group, tmp
     indexer = threading.Thread(target=group.refresh)
     indexer.start()
     seen_progress, partial = set(), set()
-    while indexer.is_alive():
+    deadline = time.monotonic() + 300
+    while indexer.is_alive() and time.monotonic() < deadline:
         progress = group.indexing
         if progress is not None:
             seen_progress.add(progress[1])
@@ -86,7 +88,11 @@ def test_a_reader_sees_whole_trials_while_the_first_refresh_runs(tiny_group, tmp
         for info in listed:  # every trial listed is indexed whole
             assert len(group.list_steps(info.trial_id)) == expected[info.trial_id]
         group.skipped  # never waits for the refresh  # noqa: B018
-    indexer.join()
+        # A reader that never lets go of the interpreter starves the indexing thread (the
+        # GIL); a reader in a real program waits between reads.
+        time.sleep(0.005)
+    indexer.join(timeout=60)
+    assert not indexer.is_alive(), "the first refresh did not end"
     assert seen_progress == {60} and group.indexing is None
     assert partial  # the trials indexed so far were listed meanwhile
     assert len(group.list_trials()) == 60
