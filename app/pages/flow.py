@@ -208,6 +208,19 @@ def history(probes: Sequence[Any]) -> list[dict]:
     return entries
 
 
+def newest_unseen(values: Sequence[Any], trial: str | None, shown: Any) -> Any:
+    """The newest edit of ``values`` that the listing shown before (``shown``, the
+    LISTS_KEY of the same trial) did not have, or None. A new edit is followed: an
+    interval tick whose call of ``lists`` left before Save and returns after it must not
+    take the origin back to the edit shown before."""
+    if not (isinstance(shown, list) and len(shown) > 2 and shown[0] == trial
+            and isinstance(shown[2], list)):
+        return None
+    seen = {p[0] for p in shown[2] if isinstance(p, list) and p}
+    new = [v for v in values[1:] if v not in seen]
+    return new[-1] if new else None
+
+
 def chains_of(flows: Sequence[Any]) -> dict[str, list[Any]]:
     """The flows by chain id, each chain in order of position (oldest chain first)."""
     chains: dict[str, list[Any]] = {}
@@ -329,6 +342,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         flows = [f for f in every if not fr.is_rows_chain(f.chain_id)]
         entries = history(probes)
         values = [e["value"] for e in entries]
+        origin = newest_unseen(values, trial, shown) or origin
         if origin not in values:
             origin = RUN
         at = values.index(origin)

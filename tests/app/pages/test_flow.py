@@ -70,7 +70,7 @@ def key_of(app: Any, first: str) -> str:
 def lists(pages: Pages, **values: Any) -> dict:
     state = {(ids.SELECTION, "data"): selection(), (page.ORIGIN, "value"): values.get("origin"),
              (page.STEP, "value"): values.get("step"), (page.CHAIN, "value"): values.get("chain"),
-             }
+             (page.LISTS_KEY, "data"): values.get("shown")}
     return pages.call(key_of(pages.app, f"{page.ORIGIN}.options"), state,
                       values.get("changed", (ids.SELECTION, "data")))
 
@@ -143,7 +143,8 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
     from tests.flow.conv_net import build_model, forward
 
     pages = Pages(create_app(group_dir, prefetch=False))
-    chain = lists(pages, step=0, changed=(page.STEP, "value"))[(page.CHAIN, "value")]
+    first = lists(pages, step=0, changed=(page.STEP, "value"))
+    chain, before_save = first[(page.CHAIN, "value")], first[(page.LISTS_KEY, "data")]
     edit_key = key_of(pages.app, f"{page.EDIT}.data")
 
     def edit(state: Any, click_unit: int | None, mode: str = "toggle", z: float = 3.0,
@@ -179,6 +180,11 @@ def test_edit_save_and_the_new_flow_next_to_the_old(group_dir):
         probe_id, "pending", "three cells", 0)
     np.testing.assert_array_equal(group.read_probe_input("conv", probe_id), values[None, None])
 
+    # a tick's call that left before Save (the recorded run shown) and returns after it
+    # follows the new edit: it must not take the page back to the recorded run
+    stale = lists(pages, origin=page.RUN, step=0, chain=chain, shown=before_save,
+                  changed=(ids.TICK, "n_intervals"))
+    assert stale[(page.ORIGIN, "value")] == probe_id
     # the page selects the new edit and says it waits for the serving process
     shown = lists(pages, origin=probe_id, chain=chain, changed=(page.ORIGIN, "value"))
     assert shown[(page.ORIGIN, "value")] == probe_id
