@@ -61,7 +61,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "ComgraRecorder":
-        from .recorder import ComgraRecorder
+        from .record.recorder import ComgraRecorder
 
         return ComgraRecorder
     if name == "FlightRecorder":  # issue 30: the armed ring of every step's statistics
@@ -69,7 +69,7 @@ def __getattr__(name: str) -> Any:
 
         return FlightRecorder
     if name == "Monitor":  # Taiyi's entry point (per-module metrics)
-        from .metrics.monitor import Monitor
+        from .integrations.taiyi import Monitor
 
         return Monitor
     if name == "open_group":
@@ -77,7 +77,7 @@ def __getattr__(name: str) -> Any:
 
         return open_group
     if name in ("watch", "attach"):
-        from . import watching as _watch
+        from .record import watching as _watch
 
         return getattr(_watch, name)
     if name == "show":  # the GUI in a notebook: a background `comgra`, no dash here

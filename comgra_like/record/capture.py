@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..writer.protocol import CaptureSpec, graphs_part, layout_part, samples_part, step_body
+from ..protocol import CaptureSpec, graphs_part, layout_part, samples_part, step_body
 from .step import Registration, Step
 
 

@@ -35,8 +35,8 @@ import torch
 
 from ..errors import ComgraError
 from ..format.graphs import canonical_hash
+from ..protocol import ModuleGraph, Watch, WatchReport, WatchStep
 from ..vocabulary import CALCULATED, INPUT
-from ..writer.protocol import ModuleGraph, Watch, WatchReport, WatchStep
 from .flow import in_flow_pass
 from .guard import Guard
 from .module_graph import (

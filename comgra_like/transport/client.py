@@ -35,10 +35,10 @@ import threading
 import time
 from pathlib import Path
 
+from .. import protocol
 from ..errors import ConfigurationError, StorageError
 from ..format.files import is_object_store
 from ..format.trial import mark_trial_aborted
-from ..writer import protocol
 from ..writer.uploads import buffer_bytes_from_env, retry_seconds_from_env
 from .lock import TrialLock
 from .shm import ALIGN, MIN_SEGMENT, Segment, Slot

@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from ..format.layout import HISTOGRAMS
 from ..format.schema import HISTOGRAMS_SCHEMA
+from ..protocol import CaptureSpec, Start, Watch
 from ..vocabulary import FORWARD, GRADIENT_PREFIX, PARAMETER
-from .protocol import CaptureSpec, Start, Watch
 
 IO, IO_GRAD, PARAMS, PARAMS_GRAD = "io", "io_grad", "params", "params_grad"
 # Rows binned together at most (~100 us of work per 16 rows of 1000 values, between two

@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..format.layout import METRICS
 from ..format.schema import METRICS_SCHEMA
 from ..metrics.quantities import QUANTITIES, ModuleData
-from .protocol import MetricData, ProtocolError
+from ..protocol import MetricData, ProtocolError
 
 _PLAIN = pa.schema([(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
                     for f in METRICS_SCHEMA])

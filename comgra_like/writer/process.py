@@ -47,7 +47,7 @@ import signal
 import sys
 from collections import deque
 
-from . import protocol
+from .. import protocol
 from .scheduling import Courtesy
 from .worker import Worker, warm_up
 

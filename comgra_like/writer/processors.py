@@ -33,8 +33,8 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from ..protocol import CaptureSpec, Start, Step
 from .histograms import Histograms
-from .protocol import CaptureSpec, Start, Step
 from .statistics import TensorStatistics
 
 

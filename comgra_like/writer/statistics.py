@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..format.layout import TENSORS
+from ..protocol import CaptureSpec, Start
 from ..vocabulary import FORWARD, STATISTIC_INDEX, UPDATE
-from .protocol import CaptureSpec, Start
 from .rows import CaptureMeta, build_tensor_table, row_layout
 from .stats import (
     CHUNK_VALUES,

@@ -19,18 +19,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .. import protocol
 from ..format.files import Files, files_for
 from ..format.graphs import is_graph_digest
 from ..format.layout import KPIS, MODULE_STEPS, NOTES_DIR, STEPS, TrialLayout
 from ..format.notes import NOTES_SCHEMA
 from ..format.schema import KPIS_SCHEMA, MODULE_STEPS_SCHEMA, STEPS_SCHEMA
 from ..format.trial import mark_trial_aborted
+from ..protocol import CaptureSpec, Start
 from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, RUNNING, UPDATE
-from . import protocol
 from .compaction import compact_trial
 from .metrics import Metrics
 from .processors import StepInput, make_processors
-from .protocol import CaptureSpec, Start
 from .shards import ShardBuffer
 from .statistics import _PLAN_CACHE
 from .uploads import RETRY_SECONDS_ENV, StoreOutage, Uploader

@@ -294,8 +294,8 @@ def test_training_is_bitwise_identical_and_unwatch_removes_every_hook(tmp_path):
 def test_metric_data_inline_arrays_survive_the_json_line(tmp_path):
     """Without a shared-memory file (thread transport, or a full /dev/shm) the arrays go
     in the message itself: base64 on the wire."""
+    from comgra_like import protocol
     from comgra_like.format.layout import METRICS
-    from comgra_like.writer import protocol
     from comgra_like.writer.metrics import Metrics
 
     x = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from comgra_like.errors import ConfigurationError
-from comgra_like.metrics.config import resolve_config
 from comgra_like.metrics.schedule import Schedule, parse_schedule
 from comgra_like.metrics.user import UserMetric
+from comgra_like.record.metric_config import resolve_config
 
 
 class Net(nn.Module):

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 import comgra_like
-from comgra_like.metrics import collect
 from comgra_like.query import open_group
 from comgra_like.record import hooks
+from comgra_like.record import metric_collect as collect
 
 STEPS = 6
 

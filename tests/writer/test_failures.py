@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
+from comgra_like import protocol
 from comgra_like.errors import StorageError
 from comgra_like.query import open_group
-from comgra_like.writer import protocol
 
 from .helpers import new_recorder, record_steps
 

@@ -10,10 +10,11 @@ import sys
 import pyarrow as pa
 import pytest
 
+from comgra_like import protocol
 from comgra_like.errors import StorageError
 from comgra_like.format.schema import KPIS_SCHEMA
 from comgra_like.query import open_group
-from comgra_like.writer import processors, protocol
+from comgra_like.writer import processors
 
 from .helpers import new_recorder, record_steps
 

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from comgra_like.protocol import CaptureSpec
 from comgra_like.writer import scheduling
 from comgra_like.writer.process import _Input
-from comgra_like.writer.protocol import CaptureSpec
 from comgra_like.writer.statistics import compute_tensor_table
 
 

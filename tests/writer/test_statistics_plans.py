@@ -14,7 +14,7 @@ from .helpers import new_recorder, record_steps
 def writer_specs(params=("w",)):
     """Captures as the writer gets them: batch tensors of two sizes (one with its batch
     dimension second), a scalar loss, and forward and update of 4x4 parameters."""
-    from comgra_like.writer.protocol import CaptureSpec
+    from comgra_like.protocol import CaptureSpec
 
     def param(name, kind, i):
         return CaptureSpec(name, name, name, "parameter", -1, kind, (4, 4), None, False, False, i)

@@ -40,12 +40,12 @@ from typing import Any
 import torch
 
 from ..errors import ConfigurationError
-from ..record.flow import in_flow_pass
-from ..record.guard import Guard
-from ..record.hooks import queue_after_backward
-from ..writer.protocol import MetricData
-from .config import LOSS, MetricSpec
-from .user import as_number
+from ..metrics.user import as_number
+from ..protocol import MetricData
+from .flow import in_flow_pass
+from .guard import Guard
+from .hooks import queue_after_backward
+from .metric_config import LOSS, MetricSpec
 
 TRAINING = "training"
 _GRAD_NEEDS = {"output_grad", "weight_grad", "bias_grad"}

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigurationError
-from .quantities import QUANTITIES, Quantity, get_quantity
-from .schedule import EVERY_STEP, Schedule, parse_schedule
-from .user import check_user_metric, is_user_metric_class
+from ..metrics.quantities import QUANTITIES, Quantity, get_quantity
+from ..metrics.schedule import EVERY_STEP, Schedule, parse_schedule
+from ..metrics.user import check_user_metric, is_user_metric_class
 
 #: The metric name of the loss (monitorch's loss lens), recorded on the root module.
 LOSS = "loss"

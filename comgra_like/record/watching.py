@@ -21,15 +21,15 @@ from typing import Any
 
 import torch
 
-from .errors import CallOrderError, ConfigurationError, StorageError
-from .format.files import files_for, is_object_store, s3_endpoint
-from .format.schema import TRIAL_ID_PATTERN
-from .format.trial_config import flatten_config
-from .metrics.collect import Collector
-from .metrics.config import resolve_config
-from .objects import DecisionMakerForRecordingsFrequencyPerType
-from .record.hooks import LOG_OPTIONS, Settings, Watcher
-from .record.ranks import common_time
+from ..errors import CallOrderError, ConfigurationError, StorageError
+from ..format.files import files_for, is_object_store, s3_endpoint
+from ..format.schema import TRIAL_ID_PATTERN
+from ..format.trial_config import flatten_config
+from ..objects import DecisionMakerForRecordingsFrequencyPerType
+from .hooks import LOG_OPTIONS, Settings, Watcher
+from .metric_collect import Collector
+from .metric_config import resolve_config
+from .ranks import common_time
 
 log = logging.getLogger("comgra_like")
 
@@ -305,7 +305,7 @@ def watch(
         collector = Collector(module, specs, root, recorder.writer, step_of)
     handle = WatchHandle(watcher, recorder, own, backend, collector)
     if flight_recorder is not None and getattr(recorder, "trial_path", None) is not None:
-        from .record.flight_watch import FlightDriver
+        from .flight_watch import FlightDriver
 
         handle._flight = FlightDriver(flight_recorder, module, root, recorder.trial_path,
                                       recorder.rank)
@@ -324,7 +324,7 @@ _log = log
 
 
 def _check_flight(flight_recorder, own: bool) -> None:
-    from .record.flight import FlightRecorder
+    from .flight import FlightRecorder
 
     if not isinstance(flight_recorder, FlightRecorder):
         raise ConfigurationError("flight_recorder must be a comgra_like.FlightRecorder(...), "

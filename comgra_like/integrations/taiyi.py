@@ -21,10 +21,10 @@ from ..errors import ConfigurationError
 from ..format.schema import TRIAL_ID_PATTERN
 from ..objects import DecisionMakerForRecordingsFrequencyPerType
 from ..query import open_group
+from ..record.metric_collect import Collector
+from ..record.metric_config import resolve_config
 from ..record.ranks import common_time
-from ..recorder import ComgraRecorder
-from .collect import Collector
-from .config import resolve_config
+from ..record.recorder import ComgraRecorder
 
 DEFAULT_PATH = "./comgra_monitor"
 
@@ -32,7 +32,7 @@ DEFAULT_PATH = "./comgra_monitor"
 class Monitor:
     """Per-module metrics on Taiyi's schedules, recorded into a trial of their own.
 
-    ``config``: Taiyi's format (see ``comgra_like.metrics.config``). ``path``: the group
+    ``config``: Taiyi's format (see ``comgra_like.record.metric_config``). ``path``: the group
     folder; ``trial_id``: default ``monitor-<date>-<time>``; ``name``: the model's name
     in the recording (module names are ``<name>.<module>``).
 
