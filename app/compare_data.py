@@ -159,7 +159,7 @@ def series(data: Any, trial: str, quantity: Sequence[Any], statistic: str = "mea
             return empty
         return cf.as_series(frame.iloc[:, 0].to_numpy(), frame.iloc[:, 1].to_numpy())
 
-    return data.cached(key, lambda: data._safely(
+    return data.cached(key, lambda: data.safely(
         f"{quantity_label(quantity, statistic)} of {trial}", read, empty))
 
 

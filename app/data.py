@@ -261,7 +261,7 @@ class AppData:
         except ValueError:
             return str(path)
 
-    def _safely(self, where: str, read: Callable[[], Any], default: Any) -> Any:
+    def safely(self, where: str, read: Callable[[], Any], default: Any) -> Any:
         """``read()``, or ``default`` when the data is missing or damaged.
 
         The query API reports damaged files itself (``Group.skipped``); anything else that
@@ -324,7 +324,7 @@ class AppData:
         key = ("steps", trial_id, self.trial_version(trial_id))
         return self.cached(
             key,
-            lambda: self._safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id),
+            lambda: self.safely(f"steps of {trial_id}", lambda: self._build_steps(trial_id),
                                  StepList.empty()),
             lambda steps: steps.nbytes,
         )
@@ -357,7 +357,7 @@ class AppData:
         digest = info.graph_hashes[iteration]
 
         def read() -> Any:
-            return self._safely(
+            return self.safely(
                 f"graph of {trial_id} step {training_step} iteration {iteration}",
                 lambda: self._group.read_graph(trial_id, training_step, iteration),
                 None,
@@ -382,7 +382,7 @@ class AppData:
         key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
 
         def build() -> dict:
-            frame = self._safely(
+            frame = self.safely(
                 f"tensors of {trial_id} step {training_step}",
                 lambda: self._group.list_tensors(trial_id, training_step),
                 None,
@@ -437,7 +437,7 @@ class AppData:
         """The ranks that recorded a trial ([0] for a single process; [] when unknown)."""
         if not trial_id:
             return []
-        return self._safely("ranks", lambda: self._group.list_ranks(trial_id), [])
+        return self.safely("ranks", lambda: self._group.list_ranks(trial_id), [])
 
     def read_tensor(self, current: Mapping[str, Any], rank: Any = None) -> Any:
         """The TensorRecord of a complete selection (raises NotFoundError); ``rank``: one
@@ -528,7 +528,7 @@ class AppData:
         key = ("statistic_table", trial_id, self.trial_version(trial_id), statistic)
         return self.cached(
             key,
-            lambda: self._safely(
+            lambda: self.safely(
                 f"{statistic} of {trial_id}",
                 lambda: StatisticTable(self._group, trial_id, statistic),
                 None,

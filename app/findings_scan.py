@@ -90,7 +90,7 @@ class Findings:
             return [f.to_dict() for f in find_in_trial(data.group, trial_id)]
 
         started = time.monotonic()
-        found = data._safely(f"findings of {trial_id}", compute, [])
+        found = data.safely(f"findings of {trial_id}", compute, [])
         seconds = time.monotonic() - started
         data.cache.put(key, found, estimate_bytes(found))
         self._scans[trial_id] = (key, version, started, seconds)

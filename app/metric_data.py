@@ -37,8 +37,8 @@ def listing(data: AppData, trial: str, rank: Any = None) -> pd.DataFrame:
         return pd.DataFrame()
     key = ("metrics_listing", trial, data_version(data, trial), rank)
     frame = data.cached(
-        key, lambda: data._safely(f"metrics of {trial}",
-                                  lambda: read(trial, **_rank_arguments(rank)), None))
+        key, lambda: data.safely(f"metrics of {trial}",
+                                 lambda: read(trial, **_rank_arguments(rank)), None))
     return frame if frame is not None else pd.DataFrame()
 
 
@@ -51,7 +51,7 @@ def rows(data: AppData, trial: str, metric: str, rank: Any = None) -> pd.DataFra
         return pd.DataFrame()
     key = ("metrics_rows", trial, data_version(data, trial), metric, rank)
     frame = data.cached(
-        key, lambda: data._safely(f"{metric} of {trial}",
-                                  lambda: read(trial, metric=metric, **_rank_arguments(rank)),
-                                  None))
+        key, lambda: data.safely(f"{metric} of {trial}",
+                                 lambda: read(trial, metric=metric, **_rank_arguments(rank)),
+                                 None))
     return frame if frame is not None else pd.DataFrame()

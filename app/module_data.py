@@ -49,7 +49,7 @@ def module_graph_steps(data: AppData, trial: str) -> list[int]:
         return list(data.steps(trial)) if trial in data.trial_ids() else []
     frame = data.cached(
         ("module_graph_steps", trial, data_version(data, trial)),
-        lambda: data._safely(f"module graph steps of {trial}", lambda: listing(trial), None),
+        lambda: data.safely(f"module graph steps of {trial}", lambda: listing(trial), None),
     )
     if frame is None or frame.empty:
         return []
@@ -69,7 +69,7 @@ def module_graph(data: AppData, trial: str, step: int | None = None) -> tuple[in
         graph = data.cached(
             ("module_graph", trial, version, candidate),
             # {} for "no graph at this step": kept, so the search does not read it again
-            lambda c=candidate: data._safely(
+            lambda c=candidate: data.safely(
                 f"module graph of {trial} step {c}", lambda: read(trial, c) or {}, {}),
         )
         if graph:
@@ -97,7 +97,7 @@ def histograms(data: AppData, trial: str, node: str, rank: Any = None) -> pd.Dat
             return read(trial, nodes=[node], **({} if rank is None else {"rank": int(rank)}))
     key = ("module_histograms", trial, data_version(data, trial), node, rank)
     frame = data.cached(
-        key, lambda: data._safely(f"histograms of {node} in {trial}", load, None))
+        key, lambda: data.safely(f"histograms of {node} in {trial}", load, None))
     return frame if frame is not None else pd.DataFrame()
 
 
@@ -108,4 +108,4 @@ def watch_report(data: AppData, trial: str) -> dict | None:
         return None
     key = ("watch_report", trial, data_version(data, trial))
     return data.cached(
-        key, lambda: data._safely(f"watch report of {trial}", lambda: read(trial), None))
+        key, lambda: data.safely(f"watch report of {trial}", lambda: read(trial), None))

@@ -289,8 +289,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         group = data.group
         if group is None or trial not in data.trial_ids():
             return [], []
-        flows = data._safely(f"flows of {trial}", lambda: group.read_flows(trial), [])
-        probes = data._safely(f"probes of {trial}", lambda: group.read_probes(trial), [])
+        flows = data.safely(f"flows of {trial}", lambda: group.read_flows(trial), [])
+        probes = data.safely(f"probes of {trial}", lambda: group.read_probes(trial), [])
         return flows, probes
 
     def chain_data(trial: str, chain: str | None) -> list:
@@ -308,9 +308,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         return out
 
     def serving(trial: str) -> fr.Serving:
-        return data._safely(f"the serving process of {trial}",
-                            lambda: fr.serving(data.path, trial),
-                            fr.Serving(False, None, None, None, None, None))
+        return data.safely(f"the serving process of {trial}",
+                           lambda: fr.serving(data.path, trial),
+                           fr.Serving(False, None, None, None, None, None))
 
     def nobody_serves(trial: str) -> str:
         return (f"No process is serving probes for {trial}: "
@@ -570,7 +570,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trial, request_id = asked.get("trial"), asked.get("request_id")
         if trial not in data.trial_ids() or not isinstance(request_id, str):
             return ""
-        request = data._safely(f"row request of {trial}", lambda: fr.read_request(
+        request = data.safely(f"row request of {trial}", lambda: fr.read_request(
             data.path, trial, request_id), None)
         if request is None:
             return f"Asked for {what}; its request cannot be read."
