@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -98,7 +99,9 @@ class Group:
         self._cache = cache if cache is not None else ByteLRU(cache_bytes)
         self._namespace = f"comgra_like.query#{next(_NAMESPACES)}"
         self._watch = WatchIndex(self.path)  # what comgra_like.watch() recorded
-        self._watch_version = 0
+        # grows when the watch() or metrics tables changed at a refresh: the group's
+        # data version is the index's plus this one
+        self._tables_version = 0
         self._metrics = MetricsIndex(self.path)  # the per-module metrics (issue 16)
 
     def __repr__(self) -> str:
@@ -111,7 +114,7 @@ class Group:
     def version(self) -> int:
         """Grows whenever a refresh found something new, and when a read found a damaged
         file (a cheap "data version" to poll)."""
-        return self._index.version + self._watch_version
+        return self._index.version + self._tables_version
 
     @property
     def skipped(self) -> list[SkippedFile]:
@@ -139,9 +142,9 @@ class Group:
         nothing did."""
         update = self._index.update()
         if self._watch.update():
-            self._watch_version += 1
+            self._tables_version += 1
         if self._metrics.update():
-            self._watch_version += 1
+            self._tables_version += 1
         for trial_id in update.forgotten_trials:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)
         for trial_id, name in update.gone_files:
@@ -289,14 +292,24 @@ class Group:
         chosen, _ = self._table_ranks(trial_id, rank, ranks)
         return [n for n in notes if n.rank in chosen]
 
-    def read_kpis(self, trial_id: str, rank: int | None = None) -> pd.DataFrame:
-        """The KPI points one rank recorded (``rank``, or the lowest); every rank's with
-        ``rank="all"`` (a ``rank`` column then says whose)."""
+    def read_kpis(self, trial_id: str, rank: int | None = None,
+                  ranks: Any = None) -> pd.DataFrame:
+        """The KPI points one rank recorded (``rank``, or the lowest); those of ``ranks``
+        (``"all"`` or a list) with a ``rank`` column saying whose. ``rank="all"`` (the
+        spelling before ``ranks=``) still reads every rank, with a DeprecationWarning."""
         trial = self._trial(trial_id)
+        if isinstance(rank, str):
+            warnings.warn('read_kpis(rank="all") is deprecated: pass ranks="all" (rank= '
+                          "reads one rank, ranks= several with a rank column, as in every "
+                          "read)", DeprecationWarning, stacklevel=2)
+            rank, ranks = None, rank if ranks is None else ranks
+        if ranks is None:
+            return _rank_rows(trial, "kpis", self._rank(trial, rank))
+        chosen, _ = self._table_ranks(trial_id, rank, ranks)
         kpis = trial.kpis
-        if isinstance(rank, str) and rank == rank_merge.ALL:
+        if set(chosen) >= set(kpis[RANK].unique().tolist()):
             return kpis.copy()
-        return _rank_rows(trial, "kpis", self._rank(trial, rank))
+        return kpis[kpis[RANK].isin(chosen)].reset_index(drop=True)
 
     def read_graph(self, trial_id: str, training_step: int, iteration: int) -> Graph:
         trial = self._trial(trial_id)
@@ -673,7 +686,7 @@ class Group:
                         recording_types: Any = None, aggregations: Any = None,
                         statistics: Any = None, steps: Any = None, iterations: Any = None,
                         types_of_execution: Any = None, as_pandas: bool = True,
-                        ranks: Any = None, _rank: int | None = None
+                        ranks: Any = None, rank: int | None = None
                         ) -> pd.DataFrame | pa.Table:
         """The statistics of many tensors and steps of a trial at once (no values).
 
@@ -685,18 +698,23 @@ class Group:
         with ``as_pandas=False``, an Arrow table with the file's types (names
         dictionary-encoded, statistics float32 with nulls, numel int64).
 
-        ``ranks`` (a distributed recording): None reads the lowest rank (every rank of a
-        single-process recording); ``"all"``, one rank or a list of ranks read those,
-        with a ``rank`` column, ordered by training step and rank.
+        A distributed recording, as every read of the query API: ``rank`` reads one rank
+        (None: the lowest, every rank of a single-process recording); ``ranks``
+        (``"all"``, one rank or a list) reads those with a ``rank`` column, ordered by
+        training step and rank. Not both.
         """
         trial = self._trial(trial_id)
+        if ranks is not None and rank is not None:
+            raise ConfigurationError(
+                f"rank={rank!r} and ranks={ranks!r}: pass one of them (rank= reads one "
+                "rank, ranks= several with a rank column)")
         chosen = rank_merge.select_ranks(ranks, self.list_ranks(trial_id))
         if chosen is not None:
             tables = [self.read_statistics(
                 trial_id, nodes=nodes, roles=roles, recording_types=recording_types,
                 aggregations=aggregations, statistics=statistics, steps=steps,
                 iterations=iterations, types_of_execution=types_of_execution,
-                as_pandas=False, ranks=None, _rank=r) for r in chosen]
+                as_pandas=False, rank=r) for r in chosen]
             tables = [t.append_column(RANK, pa.array(np.full(t.num_rows, r, np.int32)))
                       for t, r in zip(tables, chosen)]
             table = (pa.concat_tables(tables, promote_options="permissive")
@@ -717,7 +735,7 @@ class Group:
         if selection is not None:
             step_expr = step_filter(*selection)
             expr = step_expr if expr is None else expr & step_expr
-        files = self._rank_files(trial, self._rank(trial, _rank))
+        files = self._rank_files(trial, self._rank(trial, rank))
         if selection is not None:
             files = [f for f in files if f.served[0] <= selection[1]
                      and selection[0] <= f.served[1]]
