@@ -41,9 +41,9 @@
 
 
   // --- the highlight of a clicked node ------------------------------------------------
-  // A port of app/graph_figure.py's compute_highlight/highlight_updates (keep them in
+  // A port of app/graph_highlight.py's compute_highlight/highlight_updates (keep them in
   // step; tests/browser compares both on every node and role). The figure carries what it
-  // needs in layout.meta.highlight (graph_figure.client_highlight_data).
+  // needs in layout.meta.highlight (graph_highlight.client_highlight_data).
 
   var graphIndexes = new WeakMap();  // layout.meta.highlight -> its index (per figure)
 
@@ -147,7 +147,7 @@
   }
 
   function polylines(index, pairs) {
-    // graph_figure._polylines: x and y of the drawn edges ``pairs`` (numbers, in drawn
+    // graph_model.polylines: x and y of the drawn edges ``pairs`` (numbers, in drawn
     // order), an edge that starts where the previous one ended continuing its polyline.
     var unused = new Map(), done = new Set(), xs = [], ys = [];
     pairs.forEach(function (k) {
@@ -191,7 +191,7 @@
   }
 
   function highlightUpdates(figure, name, role) {
-    // [trace, property path, value] triples, as graph_figure.highlight_updates (null for
+    // [trace, property path, value] triples, as graph_highlight.highlight_updates (null for
     // a figure without highlight data).
     var index = graphIndex(figure);
     if (!index) {
