@@ -118,3 +118,146 @@ def read_flight_values(group: str | os.PathLike, trial_id: str, name: str
         out[(int(steps[i]), names[i], roles[i])] = np.asarray(flat, np.float32).reshape(
             shapes[i])
     return out
+
+
+#: The column that marks a row as flight data (True) or regularly recorded (False).
+FLIGHT_COLUMN = "flight"
+#: The column naming the window (the trigger) a flight row comes from; None for the
+#: regularly recorded rows.
+TRIGGER_COLUMN = "trigger"
+#: What a flight row's ``role`` becomes as a ``recording_type`` of read_statistics
+#: (a gradient's loss group is not known to the flight recorder: see
+#: ``read_flight_statistics(gradient_type=...)``).
+_RECORDING_TYPE = {ff.VALUE: "forward", ff.UPDATE: "update"}
+
+
+def read_flight_statistics(group: str | os.PathLike, trial_id: str, *, nodes: Any = None,
+                           recording_types: Any = None, statistics: Any = None,
+                           steps: Any = None, name: str | None = None,
+                           gradient_type: str = "gradient:default") -> pd.DataFrame:
+    """A trial's flight windows as rows of the same shape as ``Group.read_statistics``,
+    so that a chart draws the dense window among the sparsely recorded steps.
+
+    Columns: ``STATISTICS_KEY_COLUMNS`` (training_step, type_of_execution, iteration,
+    node, role, tensor_name, kind, recording_type, aggregation, sample_index), the
+    ``statistics`` asked for (all of ``ALL_STATISTICS`` by default), then ``flight``
+    (always True here) and ``trigger`` (the window's name, as in ``FlightTrigger.name``
+    and ``read_flight``'s ``window``). Ordered by training step, then the order the step
+    computed its rows in. One row per step, tensor and quantity of the windows:
+
+    * ``recording_type``: ``"forward"`` for a value, ``gradient_type`` for a gradient
+      (the flight recorder does not know the loss group; pass the one your
+      ``record_current_gradients`` uses, default ``"gradient:default"``), ``"update"``
+      for a parameter's change over the step. The KPIs the flight recorder kept are not
+      rows here (``read_flight`` has them, role ``kpi``).
+    * ``aggregation`` is ``"none"`` and ``sample_index`` -1: a flight statistic is taken
+      over **all** values of the tensor (every sample of the batch), not per sample or
+      over the batch dimension like the ``batch_*`` rows. For parameters and losses that
+      is what the regular rows hold too (aggregation ``"none"``); for a tensor with a
+      batch dimension, compare it with the regular rows knowing that.
+    * ``role`` and ``tensor_name``: the tensor's name; ``node``: its node;
+      ``type_of_execution``: ``"main_execution_type"``; ``iteration``: -1 for a
+      parameter (as the regular rows: parameters are per step), else 0.
+    * Statistics: ``mean``, ``std``, ``abs_max``, ``norm`` (the L2 norm), ``nan_count``,
+      ``inf_count`` and ``numel`` are kept; ``update_ratio`` of an update row is
+      ‖update‖ / ‖value‖ of that parameter at that step; ``abs_mean``, ``min``, ``max``
+      and ``svd_top`` are NaN (not kept by the flight recorder).
+
+    Filters as in ``read_statistics``: ``nodes``, ``recording_types``, ``statistics`` (a
+    name or a list; None keeps all); ``steps`` a ``range`` (stop excluded) or a
+    ``(first, last)`` pair (both included); ``name`` one window only. A step in two
+    windows (a cooldown shorter than the window) is taken from the earlier window once.
+    A trial without windows gives an empty frame with these columns.
+    """
+    from .tensors import STATISTICS_KEY_COLUMNS, statistic_names, step_selection
+
+    columns = list(STATISTICS_KEY_COLUMNS) + statistic_names(statistics)
+    wanted = step_selection(steps)
+    raw = read_flight(group, trial_id, name)
+    raw = raw[raw["role"] != ff.KPI]
+    if len(raw):
+        # a step in two windows: the earlier window's rows, once
+        first_window = raw.groupby("training_step")["window"].transform("min")
+        raw = raw[raw["window"] == first_window]
+    rtype = raw["role"].map({**_RECORDING_TYPE, ff.GRADIENT: gradient_type})
+    n = len(raw)
+    out = pd.DataFrame({
+        "training_step": raw["training_step"].to_numpy(np.int64),
+        "type_of_execution": np.full(n, "main_execution_type", object),
+        "iteration": np.where(raw["kind"].to_numpy(object) == "parameter", -1, 0).astype(
+            np.int32),
+        "node": raw["node"].to_numpy(object),
+        "role": raw["name"].to_numpy(object),
+        "tensor_name": raw["name"].to_numpy(object),
+        "kind": raw["kind"].to_numpy(object),
+        "recording_type": rtype.to_numpy(object),
+        "aggregation": np.full(n, "none", object),
+        "sample_index": np.full(n, -1, np.int32),
+        "mean": raw["mean"].to_numpy(np.float64),
+        "std": raw["std"].to_numpy(np.float64),
+        "abs_max": raw["abs_max"].to_numpy(np.float64),
+        "norm": raw["l2_norm"].to_numpy(np.float64),
+        "nan_count": raw["nan_count"].to_numpy(np.float64),
+        "inf_count": raw["inf_count"].to_numpy(np.float64),
+        "numel": raw["numel"].to_numpy(np.float64),
+        "order": raw["order"].to_numpy(np.int64),
+        TRIGGER_COLUMN: raw["window"].to_numpy(object),
+    })
+    for missing in ("abs_mean", "min", "max", "svd_top"):
+        out[missing] = np.nan
+    values = out[out["recording_type"] == "forward"].set_index(
+        ["training_step", "tensor_name"])["norm"]
+    values = values[~values.index.duplicated()]
+    ratio = np.full(n, np.nan)
+    upd = (out["recording_type"] == "update").to_numpy()
+    if upd.any():
+        keys = pd.MultiIndex.from_arrays([out["training_step"][upd], out["tensor_name"][upd]])
+        denom = values.reindex(keys).to_numpy(np.float64)
+        with np.errstate(all="ignore"):
+            ratio[upd] = out["norm"][upd].to_numpy() / denom
+    out["update_ratio"] = ratio
+    keep = np.ones(n, bool)
+    if nodes is not None:
+        keep &= out["node"].isin([nodes] if isinstance(nodes, str) else list(nodes)).to_numpy()
+    if recording_types is not None:
+        keep &= out["recording_type"].isin(
+            [recording_types] if isinstance(recording_types, str) else list(recording_types)
+        ).to_numpy()
+    if wanted is not None:
+        first, last, every = wanted
+        s = out["training_step"].to_numpy()
+        keep &= (s >= first) & (s <= last) & ((s - first) % every == 0)
+    out = out[keep].sort_values(["training_step", "order"], kind="stable")
+    out[FLIGHT_COLUMN] = True
+    return out[columns + [FLIGHT_COLUMN, TRIGGER_COLUMN]].reset_index(drop=True)
+
+
+def statistics_with_flight(group: Any, trial_id: str, *, gradient_type: str | None = None,
+                           **filters: Any) -> pd.DataFrame:
+    """``group.read_statistics(trial_id, **filters)`` and the trial's flight windows
+    (``read_flight_statistics``) in one frame, ordered by training step: the regular
+    rows with ``flight`` False and ``trigger`` None, the flight rows with ``flight`` True
+    and their window's name. ``group``: an open ``Group`` (``open_group``). ``filters``:
+    nodes, recording_types, statistics, steps (the others of read_statistics, e.g.
+    aggregations, apply to the regular rows only). ``gradient_type``: the recording type
+    a flight gradient row gets; by default the trial's own when it recorded exactly one
+    gradient type, else ``"gradient:default"``. A step may have both kinds of rows (a
+    recorded step inside a window): tell them apart by ``flight``."""
+    regular = group.read_statistics(trial_id, **filters)
+    if gradient_type is None:
+        grads = [t for t in pd.unique(regular["recording_type"]) if str(t).startswith("gradient:")]
+        gradient_type = grads[0] if len(grads) == 1 else "gradient:default"
+    shared = {k: filters[k] for k in ("nodes", "recording_types", "statistics", "steps")
+              if k in filters}
+    flight = read_flight_statistics(group.path, trial_id, gradient_type=gradient_type, **shared)
+    regular = regular.assign(**{FLIGHT_COLUMN: False, TRIGGER_COLUMN: None})
+    if not len(flight):
+        return regular.reset_index(drop=True)
+    if not len(regular):
+        return flight
+    both = pd.concat([regular, flight.astype({c: regular[c].dtype for c in regular.columns
+                                              if c in flight.columns and c not in (
+                                                  FLIGHT_COLUMN, TRIGGER_COLUMN)},
+                                             errors="ignore")],
+                     ignore_index=True)
+    return both.sort_values("training_step", kind="stable").reset_index(drop=True)
