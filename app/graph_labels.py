@@ -215,7 +215,6 @@ def label_style(
     return LabelStyle(font, marker, position, node_labels(names, chars, max(1, lines)))
 
 
-
 def hover_text(node: GraphNodeLike) -> str:
     lines = [f"<b>{plot_text(node.name)}</b>"]
     kind = node.kind

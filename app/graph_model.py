@@ -83,7 +83,6 @@ MAX_ARROWS = 300
 Update = tuple[int, tuple[str, ...], Any]
 
 
-
 class GraphNodeLike(Protocol):
     @property
     def name(self) -> str: ...
@@ -163,7 +162,6 @@ class GraphFigureModel:
             f"GraphFigureModel(graph_hash={self.graph_hash!r}, nodes={len(self.nodes)}, "
             f"edges={len(self.edges)}, layers={self.layout.num_layers})"
         )
-
 
 
 def build_graph_model(graph: GraphLike) -> GraphFigureModel:

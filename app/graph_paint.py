@@ -255,8 +255,6 @@ def paint_traces(model: GraphFigureModel, paint: Paint) -> list[dict[str, Any]]:
     ]
 
 
-
-
 def paint_patch(model: GraphFigureModel, paint: Paint) -> Patch:
     """A ``dash.Patch`` of a painted figure (:func:`build_graph_figure` with ``paint``)
     that shows ``paint`` instead: the node colours, hover values and the colour bar."""
