@@ -133,7 +133,7 @@ def breaks(steps: np.ndarray) -> np.ndarray:
     return np.nonzero(gaps > GAP_FACTOR * period)[0] + 1
 
 
-def _broken(values: Sequence[Any], cut: np.ndarray) -> list:
+def broken(values: Sequence[Any], cut: np.ndarray) -> list:
     """``values`` as a list with a None before every index in ``cut`` (plotly breaks a
     line at a None)."""
     out = [v.item() if isinstance(v, np.generic) else v for v in values]
@@ -242,8 +242,8 @@ def metric_figure(
         if window <= 1:
             cut = breaks(s.steps)
             data.append({
-                "type": "scatter", "mode": "lines+markers", "x": _broken(s.steps, cut),
-                "y": _broken(s.values, cut), "meta": meta, "name": name, "legendgroup": group,
+                "type": "scatter", "mode": "lines+markers", "x": broken(s.steps, cut),
+                "y": broken(s.values, cut), "meta": meta, "name": name, "legendgroup": group,
                 "line": {"color": colour, "dash": dash, "width": 1.6},
                 "marker": {"color": colour, "symbol": symbol, "size": 6},
                 "hovertemplate": hover, "connectgaps": False,
@@ -283,12 +283,12 @@ def metric_figure(
             "marker": {"color": colour, "symbol": symbol, "size": 4, "opacity": 0.35},
         })
         # a click on a window's mean leads to its last computed step
-        window_meta = meta[:4] + [_broken([int(x) for x in w.last_computed], cut)]
+        window_meta = meta[:4] + [broken([int(x) for x in w.last_computed], cut)]
         text = [f"steps {a}–{b} · {n} computed · {how} band {lo:.4g} … {hi:.4g}"
                 for a, b, n, lo, hi in zip(w.first, w.last, w.count, w.lo, w.hi)]
         data.append({
-            "type": "scatter", "mode": "lines+markers", "x": _broken(w.x, cut),
-            "y": _broken(w.mean, cut), "text": _broken(text, cut),
+            "type": "scatter", "mode": "lines+markers", "x": broken(w.x, cut),
+            "y": broken(w.mean, cut), "text": broken(text, cut),
             "meta": window_meta, "name": name, "legendgroup": group,
             "line": {"color": colour, "dash": dash, "width": 2},
             "marker": {"color": colour, "symbol": symbol, "size": 7},

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .figures import Figure, axis, base_layout, empty_figure
-from .metric_figures import COLOURS, TRIAL_DASHES, _broken, breaks, series
+from .metric_figures import COLOURS, TRIAL_DASHES, breaks, broken, series
 from .natural import natural_key, natural_sorted
 from .plot_text import plot_text
 
@@ -290,8 +290,8 @@ def grouped_figure(
             f" · rank {s.rank}" if s.rank is not None else "")
         outlier = s.module in marked
         data.append({
-            "type": "scatter", "mode": "lines+markers", "x": _broken(s.steps, cut),
-            "y": _broken(s.values, cut), "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
+            "type": "scatter", "mode": "lines+markers", "x": broken(s.steps, cut),
+            "y": broken(s.values, cut), "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
             "meta": _meta(s), "name": plot_text(name),
             "line": {"color": colour, "width": 3 if outlier else 1.3,
                      "dash": TRIAL_DASHES[t % len(TRIAL_DASHES)]},

@@ -39,6 +39,7 @@ from ..protocol import ModuleGraph, Watch, WatchReport, WatchStep
 from ..vocabulary import CALCULATED, INPUT
 from .flow import in_flow_pass
 from .guard import Guard
+from .lifecycle import Stage
 from .module_graph import (
     Invocation,
     edges_of,
@@ -252,17 +253,18 @@ class Watcher:
                 if self.open == TRAINING:  # the same step goes on: a further forward
                     self._begin_iteration()
                 return
-            self._end_step()
+            self.end_step()
             k = self.train_count
             self.train_count += 1
             self.backward_seen = False
-            if k % self.s.log_freq:
+            if k % self.s.log_freq and (self.s.structure_only
+                                        or not self.rec.take_requested_recording()):
                 self.open_skipped = True
                 return
             self._start_step(k, TRAINING, args, kwargs)
         else:
             if self.open == TRAINING or self.open_skipped:
-                self._end_step()
+                self.end_step()
             if not self.eval_due:
                 return
             self.eval_due = False
@@ -286,10 +288,10 @@ class Watcher:
 
     def _follow_recorder(self, module, args, kwargs) -> None:
         rec = self.rec
-        if not rec._recording:
+        if not rec.is_recording:
             self._set_active(False)
             return
-        if rec._stage != "iteration":
+        if rec.stage != Stage.ITERATION:
             self._set_active(False)
             if not self.outside_iteration:
                 self.outside_iteration = True
@@ -312,7 +314,7 @@ class Watcher:
             self.toe = rec.type_of_execution or "undecided"
             self.iteration = rec.iteration
             self._grad_root = torch.is_grad_enabled()
-            self.batch_size = rec._batch_size or _batch_size(args, kwargs)
+            self.batch_size = rec.current_batch_size or _batch_size(args, kwargs)
             self._reset_iteration()
         self._set_active(True)
 
@@ -350,7 +352,7 @@ class Watcher:
         self.invocations = []
         self.snapshots = {}
 
-    def _end_step(self) -> None:
+    def end_step(self) -> None:
         """Send the open recorded step (after the optimizer's update)."""
         self.open_skipped = False
         if self.open is None:
@@ -362,7 +364,7 @@ class Watcher:
         try:
             if not self.s.structure_only:
                 with torch.inference_mode(False):  # (as in _start_step)
-                    if rec._stage == "iteration":  # a forward that raised never ended it
+                    if rec.stage == Stage.ITERATION:  # a forward that raised never ended it
                         rec.finish_iteration()
                     rec.finish_batch()
         finally:
@@ -404,7 +406,7 @@ class Watcher:
         if not self.s.structure_only:
             self.rec.finish_iteration()
         if self.open == VALIDATION:
-            self._end_step()
+            self.end_step()
         elif self.open == TRAINING:
             self._watch_backward(output, self._on_gradient)
         return
@@ -500,7 +502,7 @@ class Watcher:
         """Book ``t`` in the recorder's step; returns its Registration (None: not booked)."""
         if self.s.structure_only:
             return None
-        step = self.rec._step
+        step = self.rec.current_step
         if step is None:
             return None
         key = (id(t), _version(t))
@@ -653,9 +655,8 @@ class Watcher:
             return
         rec, self.rec = self.rec, self.train_rec
         self.open = None
-        if not self.s.structure_only and rec._stage != "idle":
-            rec._drop_step()
-            rec._stage = "idle"
+        if not self.s.structure_only:
+            rec.abort_batch()
 
     def report(self) -> dict:
         """Which modules were hooked, which were skipped and why (``watch_report.py``)."""
@@ -667,7 +668,7 @@ class Watcher:
             return
         self._last_report = report
         for rec in self.recorders():
-            if rec.writer is not None and not rec._finalized:
+            if rec.writer is not None and not rec.finalized:
                 rec.writer.submit(WatchReport(report))
         if not self._logged and self.steps_recorded:
             self._logged = True
@@ -686,7 +687,7 @@ class Watcher:
         self.remove_hooks()
         try:
             if self.own:
-                self._end_step()
+                self.end_step()
             self._write_report()
         finally:
             self.step_outputs = []

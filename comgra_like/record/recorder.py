@@ -56,6 +56,7 @@ from .capture import Capturer
 from .flow import protect_retained
 from .graph import GraphExtractor
 from .kpi import KpiBuffer
+from .lifecycle import Lifecycle, Stage, StepEvent, StepListener
 from .metric_collect import Collector
 from .metric_config import resolve_config
 from .ranks import detect as rank_detection
@@ -105,9 +106,14 @@ class ComgraRecorder:
         self.training_step: int | None = None
         self.type_of_execution: str | None = None
         self.iteration: int | None = None
-        self._stage = "idle"
+        self._stage = Stage.IDLE
         self._recording = False
         self._finalized = False
+        self._batch_size = 0
+        self._recorded_steps = 0
+        self._step: Step | None = None  # the step being recorded (or not yet decided)
+        self._lifecycle = Lifecycle()  # listeners of the step events (record/lifecycle.py)
+        self._requested = 0  # steps to record whatever the decision maker says
         self._decision_called = False  # decide_recording_of_batch() in this step
         self._modules: dict[int, str] = {}  # id(module) -> full name
         self._metrics: list = []  # the per-module metrics' collectors (track_module)
@@ -191,16 +197,13 @@ class ComgraRecorder:
         self._capturer = Capturer(self._writer)
         self._all_types_known = False
         self._record_by_default = True
-        self._batch_size = 0
         self._decided = True
         self._sample_indices: list[int] = []
         self._sample_categories: list[str] = []
-        self._step: Step | None = None  # the step being recorded (or not yet decided)
         self._kpis = KpiBuffer()
         self._graphs = GraphExtractor(self._module_groups, bool(self.prefixes_nodes),
                                       self._write_graph)
         self._signatures = SignatureTable()
-        self._recorded_steps = 0
         self._warned_no_gradients = False
         self._warned_unused: set[str] = set()
         protect_retained(self._retained_tensors)  # from FlowChain's extra backward passes
@@ -288,7 +291,7 @@ class ComgraRecorder:
         if specs is not None:
             self._metrics.append(Collector(
                 module, specs, module_name, self._writer,
-                lambda: self.training_step if self._stage != "idle" else None))
+                lambda: self.training_step if self._stage != Stage.IDLE else None))
 
     def get_name_of_module(self, module: torch.nn.Module) -> str:
         """The full name (``parent.child``) under which ``module`` is tracked."""
@@ -318,6 +321,67 @@ class ComgraRecorder:
     def recording_is_active(self) -> bool:
         """Whether the current training step is being recorded."""
         return self._recording
+
+    # ----- the lifecycle, read-only (record/lifecycle.py) ---------------------------------
+
+    @property
+    def stage(self) -> Stage:
+        """``Stage.IDLE`` between steps, ``BATCH`` inside a step, ``ITERATION`` inside an
+        iteration."""
+        return self._stage
+
+    @property
+    def is_recording(self) -> bool:
+        """Whether the open training step is being recorded (False between steps)."""
+        return self._recording
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    @property
+    def current_batch_size(self) -> int:
+        """The batch size given to ``start_batch()`` of the recorded step (0 otherwise)."""
+        return self._batch_size if self._recording else 0
+
+    @property
+    def recorded_steps(self) -> int:
+        """How many training steps were recorded and sent so far."""
+        return self._recorded_steps
+
+    @property
+    def current_step(self) -> Step | None:
+        """The open recorded step (``record.step.Step``), None when none is recorded."""
+        return self._step
+
+    def tracked_name(self, module: torch.nn.Module) -> str | None:
+        """The full name ``module`` is tracked under, None when it is not tracked."""
+        return self._modules.get(id(module))
+
+    def subscribe(self, listener: StepListener):
+        """Call ``listener``'s ``on_step_start``, ``on_step_end``, ``on_step_dropped`` and
+        ``on_finalize`` (record/lifecycle.py); returns a function that unsubscribes it."""
+        return self._lifecycle.subscribe(listener)
+
+    def request_recording(self, steps: int) -> None:
+        """Record the next ``steps`` training steps (of a known type of execution)
+        whatever the decision maker says: the flight recorder after a trigger, a callback
+        that wants the next steps in full. Requests add up."""
+        if type(steps) is not int or steps < 0:
+            raise ConfigurationError(
+                f"request_recording(steps) needs a non-negative int, got {steps!r}")
+        self._requested += steps
+
+    def take_requested_recording(self) -> bool:
+        """For a driver that decides steps itself (``watch()``): True, and one request
+        fewer, when a step was requested by ``request_recording``."""
+        if self._requested > 0:
+            self._requested -= 1
+            return True
+        return False
+
+    def _event(self) -> StepEvent:
+        return StepEvent(self.training_step, self.type_of_execution, self._recording)
 
     def start_batch(
         self,
@@ -357,6 +421,10 @@ class ComgraRecorder:
         if (not record and self._flight is not None and override__recording_is_active is None
                 and type_of_execution is not None and self._flight.take_forced_recording()):
             record = True  # the steps after a flight recorder's trigger are recorded in full
+        if (not record and override__recording_is_active is None
+                and type_of_execution is not None and self._requested > 0):
+            record = True  # request_recording()
+            self._requested -= 1
         # Everything that can reject the call is checked before the state changes, so that
         # after the error the loop can call start_batch() again.
         if record:
@@ -380,12 +448,14 @@ class ComgraRecorder:
         self.training_step = training_step
         self.type_of_execution = type_of_execution
         self.iteration = None
-        self._stage = "batch"
+        self._stage = Stage.BATCH
         self._decision_called = False
         self._recording = record
         if self._flight is not None:
             self._flight.begin(training_step, self._params)
         if not record:
+            if self._lifecycle:
+                self._lifecycle.step_start(self._event())
             return
         self._batch_size = current_batch_size
         # With max_num_batch_size_to_record=0 there are no samples to record: tensors
@@ -408,9 +478,11 @@ class ComgraRecorder:
         except BaseException:
             # No slot kept, no step left open: the loop may call start_batch() again.
             self._drop_step()
-            self._stage = "idle"
+            self._stage = Stage.IDLE
             self.training_step = previous_step
             raise
+        if self._lifecycle:
+            self._lifecycle.step_start(self._event())
 
     def _new_step(self, training_step: int) -> Step:
         """A step that holds the parameters' registrations (they come first, in order).
@@ -449,7 +521,7 @@ class ComgraRecorder:
                 "start_iteration() must follow start_batch() or finish_iteration(); "
                 f"it was called in stage {self._stage!r}"
             )
-        self._stage = "iteration"
+        self._stage = Stage.ITERATION
         self.iteration = 0 if self.iteration is None else self.iteration + 1
 
     def register_tensor(
@@ -572,7 +644,7 @@ class ComgraRecorder:
             raise CallOrderError(
                 f"finish_iteration() without a matching start_iteration() (stage {self._stage!r})"
             )
-        self._stage = "batch"
+        self._stage = Stage.BATCH
         if self._recording:
             self._step.graphs[self.iteration] = self._graphs.extract(self._step, self.iteration)
 
@@ -651,8 +723,10 @@ class ComgraRecorder:
         if not self.comgra_is_active or self._stage == "idle":
             return False
         self._drop_step()
-        self._stage = "idle"
+        self._stage = Stage.IDLE
         self.iteration = None
+        if self._lifecycle:
+            self._lifecycle.step_dropped(self._event())
         return True
 
     def declare_that_all_different_types_of_execution_have_been_encountered(self) -> None:
@@ -668,16 +742,19 @@ class ComgraRecorder:
             raise CallOrderError("finish_batch() called before finish_iteration()")
         if self._stage != "batch":
             raise CallOrderError("finish_batch() without start_batch()")
-        self._stage = "idle"
+        self._stage = Stage.IDLE
         if self._recording and not self._decided:
             # The step ends unrecorded; its slot goes back, so a loop that catches this
             # error can go on.
             self._drop_step()
+            if self._lifecycle:
+                self._lifecycle.step_dropped(self._event())
             raise RecordingDecisionError(
                 f"step {self.training_step} was started with type_of_execution=None but "
                 "decide_recording_of_batch() was never called, so it is not recorded; call "
                 "decide_recording_of_batch() before finish_batch()"
             )
+        recorded = self._recording
         if self._recording:
             if self._step.made_grad:
                 self._warn_unused_leaves(self._step)
@@ -691,6 +768,9 @@ class ComgraRecorder:
         self._recording = False
         if self._kpis.due():
             self._submit_kpis()
+        if self._lifecycle:
+            self._lifecycle.step_end(StepEvent(self.training_step, self.type_of_execution,
+                                               recorded))
         if self._flight is not None:  # may raise FlightTriggerError (on_trigger="raise")
             self._flight.end(self._params)
 
@@ -753,8 +833,16 @@ class ComgraRecorder:
                 "called), so that step is not recorded; call finish_batch() before finalize()",
                 self.training_step)
             self._drop_step()
-            self._stage = "idle"
+            self._stage = Stage.IDLE
+            if self._lifecycle:
+                self._lifecycle.step_dropped(self._event())
         self._finalized = True
+        if self._lifecycle:
+            try:
+                self._lifecycle.finalize()
+            except BaseException:
+                self._finalize_writer()
+                raise
         flight, self._flight = self._flight, None
         try:
             if flight is not None:  # a GPU's last step is judged now (may raise on purpose)

@@ -27,6 +27,7 @@ from ..format.schema import TRIAL_ID_PATTERN
 from ..format.trial_config import flatten_config
 from ..objects import DecisionMakerForRecordingsFrequencyPerType
 from .hooks import LOG_OPTIONS, Settings, Watcher
+from .lifecycle import Stage
 from .metric_collect import Collector
 from .metric_config import resolve_config
 from .ranks import common_time
@@ -45,13 +46,13 @@ class WatchHandle:
     block), and says where the recording is."""
 
     def __init__(self, watcher: Watcher, recorder, own: bool, backend: str,
-                 metrics: Collector | None = None):
+                 metrics: Collector | None = None, flight=None):
         self._watcher = watcher
         self.recorder = recorder
         self.own = own
         self.backend = backend
         self._metrics = metrics
-        self._flight = None  # watch(flight_recorder=): record/flight_watch.py
+        self._flight = flight  # watch(flight_recorder=): record/flight_watch.py
 
     @property
     def group_path(self) -> Path:
@@ -83,7 +84,7 @@ class WatchHandle:
         """Everything recorded so far on disk (the open step is sent first when watch
         drives the steps, so call it between steps)."""
         if self.own:
-            self._watcher._end_step()
+            self._watcher.end_step()
         if self._metrics is not None:
             if self.own:
                 self._metrics.finish()
@@ -259,7 +260,7 @@ def watch(
     own = recorder is None
     specs = None
     if metrics is not None:  # checked before anything is created
-        tracked = None if own else getattr(recorder, "_modules", {}).get(id(module))
+        tracked = None if own else recorder.tracked_name(module)
         specs = resolve_config(module, metrics, tracked or name or "model")
     if flight_recorder is not None:  # issue 30 (record/flight_watch.py, docs/FLIGHT.md)
         _check_flight(flight_recorder, own)
@@ -301,14 +302,15 @@ def watch(
     if specs is not None:
         # registered after the watcher's hooks, so its step counter has moved on already
         step_of = ((lambda: watcher.train_count - 1) if own else
-                   (lambda: recorder.training_step if recorder._stage != "idle" else None))
+                   (lambda: recorder.training_step if recorder.stage != Stage.IDLE else None))
         collector = Collector(module, specs, root, recorder.writer, step_of)
-    handle = WatchHandle(watcher, recorder, own, backend, collector)
+    flight = None
     if flight_recorder is not None and getattr(recorder, "trial_path", None) is not None:
         from .flight_watch import FlightDriver
 
-        handle._flight = FlightDriver(flight_recorder, module, root, recorder.trial_path,
-                                      recorder.rank)
+        flight = FlightDriver(flight_recorder, module, root, recorder.trial_path,
+                              recorder.rank)
+    handle = WatchHandle(watcher, recorder, own, backend, collector, flight)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "
                f"{handle.location} (trial {recorder.trial_id}); open it with: "
@@ -436,9 +438,9 @@ def _attach_to_recorder(recorder, module: torch.nn.Module, name: str | None) -> 
         raise ConfigurationError(
             "recorder= is inactive (comgra_is_active=False), so nothing would be recorded; "
             "pass an active recorder or drop recorder=")
-    if recorder._finalized:
+    if recorder.finalized:
         raise CallOrderError("recorder= was finalized already; watch before finalize()")
-    tracked = recorder._modules.get(id(module))
+    tracked = recorder.tracked_name(module)
     if tracked is not None:
         if name is not None and name != tracked:
             raise ConfigurationError(
@@ -447,7 +449,7 @@ def _attach_to_recorder(recorder, module: torch.nn.Module, name: str | None) -> 
         return tracked
     root = name if name is not None else "model"
     _check_name(root)
-    if recorder._stage != "idle" or recorder._recorded_steps:
+    if recorder.stage != Stage.IDLE or recorder.recorded_steps:
         raise CallOrderError(
             "watch(module, recorder=...) needs the module tracked by the recorder, and "
             "track_module() must come before the first start_batch(): call "
