@@ -56,12 +56,12 @@ from ..format.layout import (
     live_shards,
     shard_range,
     shard_rank,
-    trials_dir,
 )
 from ..format.notes import NOTES_SCHEMA
 from ..format.schema import RANK, SCHEMA_VERSION, SCHEMAS, TRIAL_ID_PATTERN
 from ..format.trial_config import read_config
 from .graphs import GraphStructureError, parse_graph
+from .listing import GroupListing, live_now
 from .types import (
     ModuleInfo,
     Note,
@@ -239,6 +239,7 @@ class Update:
     """What one :meth:`GroupIndex.update` changed, for the provider's cache."""
 
     report: RefreshReport
+    listing: GroupListing | None = None  # what the update listed (the others read it too)
     forgotten_trials: list[str] = field(default_factory=list)  # deleted folders
     gone_files: list[tuple[str, str]] = field(default_factory=list)  # (trial, tensors file)
     repaired: list[tuple[str, int, int]] = field(default_factory=list)  # (trial, steps lo, hi)
@@ -253,6 +254,9 @@ class GroupIndex:
         # (one prefix listing per folder and refresh there, docs/FORMAT.md).
         self.files = files or files_for(path)
         self.version = 0  # grows whenever an update (or a read) found something new
+        #: What the last update listed, each folder once (query/listing.py): the watch()
+        #: and metrics tables take their shard names from it too.
+        self.listing = GroupListing(self.path, self.files)
         self._trials: dict[str, TrialIndex] = {}
         self._skipped: dict[str, SkippedFile] = {}  # path -> why, each problem once
         # trial folders whose trial.json could not be used -> its signature then
@@ -368,8 +372,7 @@ class GroupIndex:
                 return next((f for f in trial.tensor_files.values()
                              if _covers(shard_range(f.name), rng)), None)
             folder = trial.layout.table("tensors")
-            names = [n for n in self.files.list(folder) if not is_hidden(n)]
-            live = live_shards(names)
+            live = live_now(self.files, folder)
             files = {n: f for n, f in trial.tensor_files.items() if n in live}
             gone_files = [f for n, f in trial.tensor_files.items() if n not in live]
             found = None
@@ -401,10 +404,11 @@ class GroupIndex:
             new_trials: list[str] = []
             changed: dict[str, TrialChange] = {}
             skipped: list[SkippedFile] = []
-            update = Update(RefreshReport(0, [], {}, []))
-            folder = trials_dir(self.path)
-            names = sorted(self.files.list_folders(folder))
-            links = self.files.links(folder)
+            self.listing = listing = GroupListing(self.path, self.files)
+            update = Update(RefreshReport(0, [], {}, []), listing)
+            folder = listing.trials
+            names = listing.trial_folders()
+            links = listing.links(folder)
             for name in links:  # a linked trial folder is not one of the group's trials
                 if not is_hidden(name):
                     self._skip(folder / name, LINK_REASON, skipped)
@@ -509,7 +513,7 @@ class GroupIndex:
     def _update_trial(self, trial: TrialIndex, skipped: list[SkippedFile],
                       update: Update) -> TrialChange | None:
         old_status = trial.info.status if trial.info else None
-        for name in self.files.links(trial.path):  # every access refuses them: say so
+        for name in self.listing.links(trial.path):  # every access refuses them: say so
             self._skip(trial.path / name, LINK_REASON, skipped)
         self._update_info(trial, skipped)
         status_changed = trial.info is not None and trial.info.status != old_status
@@ -530,7 +534,7 @@ class GroupIndex:
     # ----- shard tables (steps, kpis, notes) ---------------------------------------------
 
     def _live(self, folder: Path) -> list[str] | None:
-        names = [n for n in self.files.list(folder) if not is_hidden(n)]
+        names = self.listing.names(folder)
         if not names:
             return None  # not there (yet): an object store has no empty folders
         return live_shards(names)
@@ -733,7 +737,7 @@ class GroupIndex:
 
     def _update_graphs(self, trial: TrialIndex, skipped: list[SkippedFile]) -> int:
         folder = trial.layout.graphs
-        names = [n for n in self.files.list(folder) if n.endswith(".json") and not is_hidden(n)]
+        names = [n for n in self.listing.names(folder) if n.endswith(".json")]
         if not names:
             return 0
         for name in self._recheck_damaged(trial, "graphs", names):

@@ -1,8 +1,8 @@
 """Reads of the per-module metrics (issue 16): the ``metrics`` table of each trial
 (docs/FORMAT.md, "metrics"), one row per (training step, module, metric, backward pass).
 
-The shard names are listed when the group refreshes (:meth:`MetricsIndex.update`), so
-reads between two refreshes answer from the same snapshot, like the other reads of the
+The shard names come from the refresh's listing (:meth:`MetricsIndex.update` asks the
+index's :class:`~comgra_like.query.listing.GroupListing`), so reads between two refreshes answer from the same snapshot, like the other reads of the
 query API; the rows of a trial are read once per set of shard names.
 """
 
@@ -18,8 +18,9 @@ import pyarrow.compute as pc
 
 from ..errors import ConfigurationError, StorageError
 from ..format.files import files_for
-from ..format.layout import METRICS, TrialLayout, is_hidden, live_shards, shard_rank, trials_dir
+from ..format.layout import METRICS, TrialLayout, shard_rank
 from ..format.schema import RANK, SCHEMAS
+from .listing import GroupListing, live_now
 
 #: The columns of ``Group.read_metrics``, in this order.
 METRIC_COLUMNS = ["training_step", "type_of_execution", "module", "module_class", "metric",
@@ -39,13 +40,15 @@ class MetricsIndex:
         self._shards: dict[str, tuple[str, ...]] = {}
         self._tables: dict[str, tuple[tuple[str, ...], pa.Table]] = {}
 
-    def update(self) -> bool:
-        """List every trial's metrics shards; True if anything changed."""
+    def update(self, listing: GroupListing | None = None) -> bool:
+        """Every trial's metrics shards, from ``listing`` (the refresh's; a listing of
+        its own without one); True if anything changed."""
+        listing = listing or GroupListing(self.group, self.files)
         changed = False
-        names = [n for n in self.files.list_folders(trials_dir(self.group)) if not is_hidden(n)]
+        names = listing.visible_trial_folders()
         for trial_id in names:
             folder = TrialLayout.of(self.group, trial_id).table(METRICS)
-            live = tuple(live_shards(self.files.list(folder)))
+            live = tuple(listing.live(folder))
             if self._shards.get(trial_id, ()) != live:
                 self._shards[trial_id] = live
                 changed = True
@@ -72,7 +75,7 @@ class MetricsIndex:
                 part = self.files.read_parquet(folder / name, schema=SCHEMAS[METRICS])
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
-                self._shards[trial_id] = tuple(live_shards(self.files.list(folder)))
+                self._shards[trial_id] = tuple(live_now(self.files, folder))
                 return self.table(trial_id)
             except (OSError, pa.ArrowException) as e:
                 raise StorageError(f"cannot read {folder / name}: {e}") from None

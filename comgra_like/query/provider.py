@@ -141,9 +141,10 @@ class Group:
         """Index what appeared since the last refresh (new names only); cheap when
         nothing did."""
         update = self._index.update()
-        if self._watch.update():
+        # the watch() and metrics tables from the same listing: each folder listed once
+        if self._watch.update(update.listing):
             self._tables_version += 1
-        if self._metrics.update():
+        if self._metrics.update(update.listing):
             self._tables_version += 1
         for trial_id in update.forgotten_trials:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)

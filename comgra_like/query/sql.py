@@ -47,7 +47,6 @@ from ..format.layout import (
     is_hidden,
     live_shards,
     shard_rank,
-    trials_dir,
 )
 from ..format.schema import (
     FILE_SCHEMAS,
@@ -59,6 +58,7 @@ from ..format.schema import (
 )
 from ..format.trial_config import read_config
 from .index import reason_of
+from .listing import GroupListing
 from .types import SkippedFile
 
 log = logging.getLogger("comgra_like")
@@ -184,15 +184,17 @@ class GroupFiles:
         trials: list[dict] = []
         found: list[tuple[str, str, Path, Any]] = []  # (trial, table, location, signature)
         legacy: list[dict] = []
-        folder = trials_dir(self.path)
-        names = [n for n in sorted(self.files.list_folders(folder))
-                 if not is_hidden(n) and TRIAL_ID_PATTERN.match(n)]
+        # the query API's listing seam: each folder listed once, with its signatures
+        listing = GroupListing(self.path, self.files)
+        folder = listing.trials
+        names = [n for n in listing.visible_trial_folders() if TRIAL_ID_PATTERN.match(n)]
         if self.files.remote and len(names) > 1:
             # a few requests per trial, each a round trip: the trials at once
             with ThreadPoolExecutor(max_workers=min(_REMOTE_CHECKS, len(names))) as pool:
-                looked = list(pool.map(lambda n: self._look(TrialLayout(folder / n)), names))
+                looked = list(pool.map(
+                    lambda n: self._look(TrialLayout(folder / n), listing), names))
         else:
-            looked = [self._look(TrialLayout(folder / n)) for n in names]
+            looked = [self._look(TrialLayout(folder / n), listing) for n in names]
         for info, problems, listed, notes in looked:
             skipped.update(problems)
             if info is None:
@@ -211,8 +213,9 @@ class GroupFiles:
                                         shard_rank(location.name) or 0, sig[1], schema))
         return _Listing(trials, shards, legacy, skipped)
 
-    def _look(self, layout: TrialLayout) -> tuple[dict | None, dict[str, SkippedFile],
-                                                  list[tuple[str, str, Path, Any]], list[dict]]:
+    def _look(self, layout: TrialLayout, listing: GroupListing
+              ) -> tuple[dict | None, dict[str, SkippedFile], list[tuple[str, str, Path, Any]],
+                         list[dict]]:
         """One trial: its trials row (None: not shown), its problems, its live shards
         (trial, table, location, signature) and its legacy notes."""
         problems: dict[str, SkippedFile] = {}
@@ -224,7 +227,7 @@ class GroupFiles:
         # shard, so every step listed here has its tensors listed below.
         for table in sorted(SHARD_TABLES, key=lambda t: t != STEPS):
             where = layout.table(table)
-            listed = self.files.list_signatures(where)
+            listed = listing.signatures(where)
             for shard in live_shards([n for n in listed if not is_hidden(n)]):
                 found.append((layout.trial_id, table, where / shard, listed[shard]))
         return info, problems, found, self._legacy_notes(layout)

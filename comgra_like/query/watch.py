@@ -1,9 +1,10 @@
 """Reads of what ``comgra_like.watch`` records: the histograms table, the module graph of
 a step and the watch report (docs/FORMAT.md, "watch()").
 
-The shard names of both tables are listed when the group refreshes (``WatchIndex.update``),
-so that reads between two refreshes answer from the same snapshot, like the other reads
-of the query API.
+The shard names of both tables come from the refresh's listing (``WatchIndex.update``
+asks the index's :class:`~comgra_like.query.listing.GroupListing`: each folder listed once
+per refresh), so that reads between two refreshes answer from the same snapshot, like the
+other reads of the query API.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from ..format.layout import (
     HISTOGRAMS,
     MODULE_STEPS,
     TrialLayout,
-    is_hidden,
-    live_shards,
     shard_rank,
-    trials_dir,
 )
 from ..format.schema import RANK, SCHEMAS
+from .listing import GroupListing, live_now
 
 #: what a histogram is of (the ``what`` column)
 WHATS = ("io", "io_grad", "params", "params_grad")
@@ -60,16 +59,17 @@ class WatchIndex:
         self.files = files_for(group)  # the local disk or an object store
         self._trials: dict[str, _TrialWatch] = {}
 
-    def update(self) -> bool:
-        """List the watch tables' shards of every trial; True if anything changed."""
+    def update(self, listing: GroupListing | None = None) -> bool:
+        """The watch tables' shards of every trial, from ``listing`` (the refresh's; a
+        listing of its own without one); True if anything changed."""
+        listing = listing or GroupListing(self.group, self.files)
         changed = False
-        root = trials_dir(self.group)
-        names = [n for n in self.files.list_folders(root) if not is_hidden(n)]
+        names = listing.visible_trial_folders()
         for trial_id in names:
             layout = TrialLayout.of(self.group, trial_id)
             state = self._trials.setdefault(trial_id, _TrialWatch())
             for table in (HISTOGRAMS, MODULE_STEPS):
-                live = tuple(live_shards(self.files.list(layout.table(table))))
+                live = tuple(listing.live(layout.table(table)))
                 if state.shards.get(table, ()) != live:
                     state.shards[table] = live
                     changed = True
@@ -104,8 +104,7 @@ class WatchIndex:
                 part = self.files.read_parquet(folder / name, schema=SCHEMAS[table])
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
-                live = live_shards(self.files.list(folder))
-                return self._reread(trial_id, table, tuple(live))
+                return self._reread(trial_id, table, tuple(live_now(self.files, folder)))
             except (OSError, pa.ArrowException) as e:
                 raise StorageError(f"cannot read {folder / name}: {e}") from None
             # the name says whose rows they are, also for files written before the column

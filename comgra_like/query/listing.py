@@ -1,0 +1,108 @@
+"""The query API's one way of looking at a group folder: the listing seam.
+
+Every reader of a group learns what is there from listings: the trial folders, each
+table folder's shard names (``format/layout.py``), the graph files. On a local disk a
+listing is a system call; on an object store it is a request per prefix (paged by 1,000
+keys), and the time a refresh takes is the number of listings. So one refresh makes one
+:class:`GroupListing`, which lists each folder once, on first use, and every part of the
+index asks it: the index of steps, KPIs, notes, tensors and graphs
+(``query/index.py``), the watch() tables (``query/watch.py``) and the metrics table
+(``query/metrics.py``). The whole-group SQL views and the Spark source
+(``query/sql.py``) make one per look at the group, with each object's signature.
+
+A listing is a snapshot: a name that appears after its folder was listed shows at the
+next refresh. A read that finds a listed file gone (a compaction replaced it) lists the
+folder again at once with :func:`live_now`, which is not cached.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+from ..format.files import Files, files_for
+from ..format.layout import is_hidden, live_shards, trials_dir
+
+
+def live_now(files: Files, folder: Path) -> list[str]:
+    """The live shard names of ``folder`` as they are now (listed again, never cached),
+    in sequence order; hidden names (files being written) left out."""
+    return live_shards([n for n in files.list(folder) if not is_hidden(n)])
+
+
+class GroupListing:
+    """What one refresh lists of a group folder, each folder at most once.
+
+    Thread-safe: the SQL views look at the trials of an object store in parallel (each
+    asks for folders of its own). :attr:`calls` counts the listings made, per kind and
+    folder, so that a test (or a benchmark on an object store) can check that nothing
+    is listed twice.
+    """
+
+    def __init__(self, group: str | Path, files: Files | None = None):
+        self.group = Path(group)
+        self.files = files or files_for(group)
+        self.trials = trials_dir(self.group)
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self._folders: list[str] | None = None
+        self._names: dict[Path, list[str]] = {}
+        self._signatures: dict[Path, dict[str, tuple[int, int]]] = {}
+        self._links: dict[Path, list[str]] = {}
+        self._lock = threading.Lock()
+
+    def _count(self, kind: str, folder: Path) -> None:
+        with self._lock:
+            self.calls[(kind, str(folder))] += 1
+
+    def trial_folders(self) -> list[str]:
+        """The names of the folders in ``trials/``, sorted (hidden and linked ones too:
+        the index reports links; callers leave hidden names out)."""
+        if self._folders is None:
+            self._count("folders", self.trials)
+            self._folders = sorted(self.files.list_folders(self.trials))
+        return self._folders
+
+    def visible_trial_folders(self) -> list[str]:
+        """:meth:`trial_folders` without hidden names."""
+        return [n for n in self.trial_folders() if not is_hidden(n)]
+
+    def names(self, folder: Path) -> list[str]:
+        """The names in ``folder`` without hidden ones (files being written), as listed
+        the first time this listing was asked; empty when there is no such folder."""
+        folder = Path(folder)
+        found = self._names.get(folder)
+        if found is None:
+            self._count("names", folder)
+            found = [n for n in self.files.list(folder) if not is_hidden(n)]
+            with self._lock:
+                self._names[folder] = found
+        return found
+
+    def live(self, folder: Path) -> list[str]:
+        """The shard names of ``folder`` a reader should use (``layout.live_shards``: in
+        sequence order, those a compacted file supersedes left out)."""
+        return live_shards(self.names(folder))
+
+    def signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
+        """The files of ``folder`` (hidden ones included) with their (modification time,
+        size), from the listing itself (no request per object on an object store)."""
+        folder = Path(folder)
+        found = self._signatures.get(folder)
+        if found is None:
+            self._count("signatures", folder)
+            found = self.files.list_signatures(folder)
+            with self._lock:
+                self._signatures[folder] = found
+        return found
+
+    def links(self, folder: Path) -> list[str]:
+        """Names of the symbolic links directly in ``folder`` (never on an object
+        store), which every access refuses and readers report."""
+        folder = Path(folder)
+        found = self._links.get(folder)
+        if found is None:
+            found = self.files.links(folder)
+            with self._lock:
+                self._links[folder] = found
+        return found
