@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, NamedTuple
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 HURRY = b"h"
 _COMPACT = (",", ":")
@@ -339,6 +339,26 @@ class MetricData(Message):
                    obj.get("path"))
 
 
+@dataclass
+class FlightTrigger(Message):
+    """The flight recorder fired: the writer names it in trial.json (``flight_triggers``,
+    ``format/trial.py``). ``kind`` (non_finite, loss_spike, ...), the ``training_step``
+    it fired at, the ``tensor`` it names (None: none), the ``value`` that fired it (None:
+    none; NaN and infinities as JSON's NaN/Infinity on the wire), ``window_steps`` (the
+    training steps of the window written for it), ``detail`` (free-form JSON values),
+    ``wall_time``, and the ``rank`` it fired on."""
+
+    OP: ClassVar[str] = "flight_trigger"
+    kind: str
+    training_step: int
+    tensor: str | None
+    value: float | None
+    window_steps: list[int]
+    detail: dict
+    wall_time: float
+    rank: int = 0
+
+
 def _base64(value: Any) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(value).decode("ascii")
@@ -393,7 +413,8 @@ class Closed(Message):
 
 _MESSAGES: dict[str, type[Message]] = {
     m.OP: m for m in (Start, Segment, Step, Kpis, Config, Flush, Close, Modules, Note, Graph,
-                      Watch, WatchStep, ModuleGraph, WatchReport, MetricData, Ready, Free,
+                      Watch, WatchStep, ModuleGraph, WatchReport, MetricData, FlightTrigger,
+                      Ready, Free,
                       Flushed, Failed, Closed)
 }
 

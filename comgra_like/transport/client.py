@@ -33,12 +33,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .. import protocol
 from ..errors import ConfigurationError, StorageError
 from ..format.files import is_object_store
-from ..format.trial import mark_trial_aborted
+from ..format.trial import json_safe, mark_trial_aborted
 from ..writer.uploads import buffer_bytes_from_env, retry_seconds_from_env
 from .lock import TrialLock
 from .shm import ALIGN, MIN_SEGMENT, Segment, Slot
@@ -76,6 +78,7 @@ class WriterClient:
         self._slots = [Slot(i) for i in range(slots)]
         self._free = list(range(slots))
         self._warned_wait = False  # training has waited for a free slot (logged once)
+        self._warned_trigger = False  # a flight trigger could not be sent (logged once)
         self._max_slots = max_slots
         self._slot_budget = slot_budget_bytes
         self._error: str | None = None
@@ -498,6 +501,31 @@ class WriterClient:
         self._raise_if_failed()
         self._send(msg)
 
+    def flight_trigger(self, trigger: Mapping[str, Any]) -> bool:
+        """Name a flight-recorder trigger in the trial's trial.json (``flight_triggers``).
+
+        ``trigger``: ``kind`` (str) and ``training_step`` (int), optional ``tensor``
+        (str), ``value`` (a number; NaN and infinities kept), ``window_steps`` (the
+        training steps of the window written for it), ``detail`` (a mapping of JSON
+        values), ``wall_time`` (default now); other keys join ``detail``. Non-blocking
+        like every send, in order with the recorded steps. Never raises: a trigger that
+        cannot be sent (bad fields, a writer that failed or is closed) is dropped and
+        said once in the log. Returns whether it was sent.
+        """
+        try:
+            if self._error is not None or self._closing:
+                raise StorageError(self._error or "the writer is closed")
+            msg = trigger_message(trigger, self._start.rank)
+            self._send(msg)
+            return True
+        except Exception as e:  # noqa: BLE001 - called from inside training: never raise
+            if not self._warned_trigger:
+                self._warned_trigger = True
+                log.warning("comgra_like: a flight-recorder trigger could not be named in "
+                            "%s/trial.json (%s: %s); later ones that fail are dropped "
+                            "silently", self.trial_dir, type(e).__name__, e)
+            return False
+
     @property
     def pid(self) -> int | None:
         """The writer process's pid (None: the writer is a thread of this process)."""
@@ -666,6 +694,36 @@ class WriterClient:
             for seg in slot.segments:
                 seg.close(unlink=True)  # the writer is gone: whatever it did not unlink
         self._raise_if_failed()
+
+
+_TRIGGER_FIELDS = ("kind", "training_step", "tensor", "value", "window_steps", "detail",
+                   "wall_time")
+
+
+def trigger_message(trigger: Mapping[str, Any], rank: int = 0) -> protocol.FlightTrigger:
+    """The message of a trigger given as a mapping (``WriterClient.flight_trigger``);
+    a ``ConfigurationError`` names a field that is missing or of the wrong type."""
+    if not isinstance(trigger, Mapping):
+        raise ConfigurationError(f"a flight trigger is a mapping, not {type(trigger).__name__}")
+    for name in ("kind", "training_step"):
+        if trigger.get(name) is None:
+            raise ConfigurationError(f"a flight trigger needs {name!r}: {dict(trigger)!r:.200}")
+    try:
+        step = int(trigger["training_step"])
+        value = trigger.get("value")
+        value = None if value is None else float(value)
+        window = [int(s) for s in trigger.get("window_steps") or ()]
+        wall = float(trigger.get("wall_time") or time.time())
+    except (TypeError, ValueError) as e:
+        raise ConfigurationError(f"a flight trigger's training_step, value, window_steps "
+                                 f"or wall_time is no number ({e})") from None
+    detail = trigger.get("detail") or {}
+    detail = dict(detail) if isinstance(detail, Mapping) else {"detail": detail}
+    detail.update((k, v) for k, v in trigger.items() if k not in _TRIGGER_FIELDS)
+    tensor = trigger.get("tensor")
+    return protocol.FlightTrigger(str(trigger["kind"]), step,
+                                  None if tensor is None else str(tensor), value, window,
+                                  json_safe(detail), wall, int(rank))
 
 
 class _Abandon:

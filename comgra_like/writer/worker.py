@@ -29,6 +29,7 @@ from ..format.trial import mark_trial_aborted
 from ..protocol import CaptureSpec, Start
 from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, RUNNING, UPDATE
 from .compaction import compact_trial
+from .flight_triggers import FlightTriggers
 from .metrics import Metrics
 from .processors import StepInput, make_processors
 from .shards import ShardBuffer
@@ -99,6 +100,9 @@ class Worker:
         self._salvaging = False  # after a store outage: uploads.salvage() runs
         self.processors = make_processors(start)
         self.metrics = Metrics(start.trial_id)  # the per-module metrics (comgra_like.metrics)
+        # the flight recorder's triggers, named in trial.json
+        self.flight_triggers = FlightTriggers(self.trial_dir, self._trial_json, files,
+                                              self.uploads.submit, rank=start.rank)
         self.segments: dict[tuple[int, int], np.ndarray] = {}
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
         self.layouts: dict[int, list[CaptureSpec]] = {}
@@ -200,6 +204,8 @@ class Worker:
                 self._guard(lambda: self._write_json(self.trial.watch_json, msg.report))
         elif isinstance(msg, protocol.MetricData):
             self._guard(lambda: self.shards.add(self.metrics.table(msg)))
+        elif isinstance(msg, protocol.FlightTrigger):
+            self._guard(lambda: self.flight_triggers.add(msg))
         elif isinstance(msg, protocol.Config):
             self.shards.flush_seconds = float(msg.flush_seconds)
         else:

@@ -30,6 +30,8 @@ SPEC = protocol.CaptureSpec("x", "x", "x", "input", 0, "forward", (4, 3), 0, Tru
     protocol.Step(1, 7, [0, 0], 13, "train", [0, 2], ["", ""], 4, 1.5, [[0, "a" * 64]]),
     protocol.Kpis([["g", "loss", "train", 3, 0.5, 1.0]]),
     protocol.Config(0.25),
+    protocol.FlightTrigger("loss_spike", 12, "loss", 3.5, [10, 11, 12], {"median": 1.0},
+                           2.0, 1),
     protocol.Flush(9),
     protocol.Close(),
     protocol.Ready(),
