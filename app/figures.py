@@ -12,7 +12,6 @@ figure markup, so callers escape what they put there.
 
 from __future__ import annotations
 
-import base64
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +23,7 @@ import pandas as pd
 from comgra_like.vocabulary import COUNT_STATISTICS, STATISTIC_LABELS
 
 from .plot_text import plot_text
+from .typed_figures import typed_array, typed_values  # noqa: F401 (re-export: one encoding)
 
 #: Above this many values a heatmap is thinned (every k-th row/column) to stay responsive.
 MAX_HEATMAP_CELLS = 250_000
@@ -377,46 +377,6 @@ def series_figure(
     if several and not title:
         layout["margin"] = {**_MARGIN, "t": 28}
     return {"data": traces, "layout": layout}
-
-
-#: numpy dtypes plotly.js reads from a typed-array spec, by their spec name.
-_TYPED_ARRAY_DTYPES = {
-    np.dtype(np.int8): "i1", np.dtype(np.uint8): "u1", np.dtype(np.int16): "i2",
-    np.dtype(np.uint16): "u2", np.dtype(np.int32): "i4", np.dtype(np.uint32): "u4",
-    np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
-}
-
-
-def typed_array(values: np.ndarray) -> dict:
-    """A 1-D numeric array as plotly.js's typed-array spec (``{"dtype", "bdata"}``).
-
-    Plotly turns numpy arrays into these only inside ``go.Figure``; the figures here are
-    dicts, whose arrays went out as JSON numbers (~20 characters a float, parsed one by
-    one in the browser). Base64 of the little-endian bytes is 10.7 characters a float64
-    and is copied into a typed array as it is. int64 (which plotly.js does not read) goes
-    as int32 when it fits, else as float64 (exact to 2**53).
-    """
-    array = np.asarray(values).reshape(-1)
-    if array.dtype.kind in "iub" and array.dtype not in _TYPED_ARRAY_DTYPES:
-        fits = array.size == 0 or (
-            int(array.min()) >= np.iinfo(np.int32).min and int(array.max()) <= np.iinfo(np.int32).max
-        )
-        array = array.astype(np.int32 if fits else np.float64)
-    elif array.dtype not in _TYPED_ARRAY_DTYPES:
-        array = array.astype(np.float64)
-    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return {
-        "dtype": _TYPED_ARRAY_DTYPES[array.dtype.newbyteorder("=")],
-        "bdata": base64.b64encode(array.tobytes()).decode("ascii"),
-    }
-
-
-def typed_values(spec: Mapping[str, Any] | Sequence[Any]) -> np.ndarray:
-    """The array a :func:`typed_array` spec holds (a plain list is taken as it is)."""
-    if isinstance(spec, Mapping):
-        dtype = next(d for d, name in _TYPED_ARRAY_DTYPES.items() if name == spec["dtype"])
-        return np.frombuffer(base64.b64decode(spec["bdata"]), dtype=dtype.newbyteorder("<"))
-    return np.asarray(spec)
 
 
 def extremes_per_run(values: np.ndarray, max_points: int) -> np.ndarray:
