@@ -1,0 +1,129 @@
+"""The body of the Lightning callback, without its base class: ``lightning.py`` makes it
+a ``lightning.pytorch.Callback``, ``pytorch_lightning.py`` a ``pytorch_lightning.Callback``
+(the two packages' classes are distinct, and each Trainer takes only its own). No
+framework is imported here; the behaviour is described in ``lightning.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ConfigurationError
+from .callbacks import before_clipping, check_arguments, plain_config, start_watch
+
+log = logging.getLogger("comgra_like")
+
+DEFAULT_LOG_FREQ = 50  # Lightning's own log_every_n_steps
+
+
+class LightningRecording:
+    """Record a Lightning training run with ``comgra_like.watch`` (module docstring).
+
+    ``path``: the group folder (default ``<trainer.log_dir>/comgra``); ``log_freq``:
+    record every ``log_freq``-th step (steps ``k % log_freq == 0``); ``metrics``,
+    ``flight_recorder``: as watch() takes them; ``config``: the trial's hyperparameters
+    (default: the module's ``hparams``); ``module``: the attribute of the
+    LightningModule to watch when its training step does not call ``self(...)``;
+    further keyword arguments go to watch() (``log=``, ``bins=``, ``trial_id=``, ...).
+    ``handle``: watch()'s ``WatchHandle`` while fit runs (and after it, for its trial).
+    """
+
+    def __init__(self, path: str | Path | None = None, log_freq: int = DEFAULT_LOG_FREQ,
+                 metrics: dict | None = None, config: dict | None = None,
+                 flight_recorder=None, module: str | None = None, **watch_kwargs: Any):
+        check_arguments(log_freq, watch_kwargs)
+        if module is not None and (not isinstance(module, str) or not module):
+            raise ConfigurationError(
+                f"module= names an attribute of the LightningModule (e.g. 'model'), got "
+                f"{module!r}")
+        self.path = path
+        self.log_freq = log_freq
+        self.metrics = metrics
+        self.config = config
+        self.flight_recorder = flight_recorder
+        self.module_attribute = module
+        self.watch_kwargs = watch_kwargs
+        self.handle = None
+        self._called = False
+        self._probe = None
+        self._checked = False
+
+    # ----- Lightning's hooks ------------------------------------------------------------
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # after the strategy's setup: the optimizers exist, the process group too
+        if self.handle is not None and self.handle.watching:
+            return
+        target = self._target(pl_module)
+        path = Path(self.path) if self.path is not None else self.default_path(trainer)
+        config = self.config if self.config is not None else plain_config(
+            dict(pl_module.hparams))
+        optimizers = [o for o in trainer.optimizers if isinstance(o, torch.optim.Optimizer)]
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        self.handle = start_watch(target, path, self.log_freq, self.metrics, config,
+                                  self.flight_recorder, optimizers, scaler,
+                                  self.watch_kwargs)
+        self._probe = target.register_forward_pre_hook(self._seen)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._checked or self.handle is None:
+            return
+        self._checked = True
+        if not self._called:
+            log.warning(
+                "comgra_like ComgraCallback: the training step did not call %s, so nothing "
+                "of it is recorded: call self(...) in training_step, or pass "
+                "ComgraCallback(module='<attribute>') for the submodule it calls",
+                type(self.handle.module).__name__)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if self.handle is not None and self.handle.watching:
+            before_clipping(self.handle)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.stop()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.stop()
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self.stop()
+
+    # ----- helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def default_path(trainer) -> Path:
+        """``<trainer.log_dir>/comgra`` (``<default_root_dir>/comgra`` without a logger).
+        ``trainer.log_dir`` is broadcast from rank 0: call it on every rank."""
+        folder = trainer.log_dir
+        return Path(folder if folder is not None else trainer.default_root_dir) / "comgra"
+
+    def stop(self) -> None:
+        """Stop watching: the recording is finalized (the callback's end of fit)."""
+        if self._probe is not None:
+            self._probe.remove()
+            self._probe = None
+        if self.handle is not None and self.handle.watching:
+            try:
+                self.handle.unwatch()
+            except Exception as e:  # noqa: BLE001 - never into training
+                log.warning("comgra_like ComgraCallback: stopping the recording failed: %s", e)
+
+    def _target(self, pl_module) -> torch.nn.Module:
+        if self.module_attribute is None:
+            return pl_module
+        target = getattr(pl_module, self.module_attribute, None)
+        if not isinstance(target, torch.nn.Module):
+            raise ConfigurationError(
+                f"ComgraCallback(module={self.module_attribute!r}): the LightningModule has "
+                f"no submodule {self.module_attribute!r}")
+        return target
+
+    def _seen(self, module, args) -> None:
+        if module.training:
+            self._called = True
