@@ -31,7 +31,7 @@ from ..vocabulary import ALL_STATISTICS, BATCH_AGGREGATIONS, NO_BATCH, STATISTIC
 from . import ranks as rank_merge
 from .cache import ByteLRU, estimate_bytes
 from .graphs import parse_graph
-from .index import GroupIndex, TensorFile, TrialIndex, graph_key, to_pandas
+from .index import GroupIndex
 from .metrics import MetricsIndex, list_metrics, read_metrics
 from .tensors import (
     KEY_COLUMNS,
@@ -54,6 +54,7 @@ from .tensors import (
     step_filter,
     step_selection,
 )
+from .trial_index import TensorFile, TrialIndex, graph_key, to_pandas
 from .trials import trials_table
 from .types import (
     Graph,

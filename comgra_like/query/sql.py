@@ -57,8 +57,8 @@ from ..format.schema import (
     TRIAL_ID_PATTERN,
 )
 from ..format.trial_config import read_config
-from .index import reason_of
 from .listing import GroupListing
+from .trial_index import reason_of
 from .types import SkippedFile
 
 log = logging.getLogger("comgra_like")

@@ -25,7 +25,7 @@ from ..errors import ConfigurationError, NotFoundError
 from ..format.files import files_for
 from ..format.schema import SCHEMAS
 from ..vocabulary import AGGREGATIONS, ALL_STATISTICS
-from .index import TensorFile
+from .trial_index import TensorFile
 
 TENSORS_SCHEMA = SCHEMAS["tensors"]
 
