@@ -24,10 +24,11 @@ coordinates. It is a small Sugiyama-style pipeline:
    the members of a group are kept contiguous (one block, ordered by the block's mean
    barycenter), so a module's parameters read as one visual unit next to their
    consumers.
-4. **Ordering.** Edges that span several layers get one dummy point per crossed layer.
-   Alternating down/up barycenter sweeps reorder each column; the ordering with the
-   fewest crossings seen is kept (sweeps stop early at zero crossings or when two
-   rounds bring no improvement). Ties are broken by the previous position.
+4. **Ordering** (``graph_ordering.py``). Edges that span several layers get one dummy
+   point per crossed layer. Alternating down/up barycenter sweeps reorder each column;
+   the ordering with the fewest crossings seen is kept (sweeps stop early at zero
+   crossings or when two rounds bring no improvement). Ties are broken by the previous
+   position.
 5. **Coordinates.** ``x = layer * layer_spacing``. Vertical positions start from the
    column order and are pulled towards the mean position of the neighbours in several
    passes; each pass solves a least-squares placement with minimum gaps (isotonic
@@ -46,6 +47,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import MappingProxyType
+
+from .graph_ordering import count_inversions, initial_order, mean_positions, reduce_crossings
 
 __all__ = ["GROUP_SPAN", "GraphLayout", "compute_layout", "count_crossings"]
 
@@ -163,8 +166,8 @@ def compute_layout(
         chains.append(chain)
 
     num_layers = (max(layers) + 1) if n else 0
-    order = _initial_order(entry_layer, num_layers, chains, groups)
-    order, crossings = _reduce_crossings(order, up, down, groups, n, max_sweeps)
+    order = initial_order(entry_layer, num_layers, chains, groups)
+    order, crossings = reduce_crossings(order, up, down, groups, n, max_sweeps)
     down_pos = _assign_coordinates(order, up, down, is_dummy, node_spacing)
 
     positions = {
@@ -215,7 +218,7 @@ def count_crossings(layer_order: Sequence[Sequence[str]], edges: Iterable[Edge])
         elif a[0] == b[0] + 1:
             per_layer[b[0]].append((b[1], a[1]))
     return sum(
-        _count_inversions(segments, len(layer_order[k + 1]))
+        count_inversions(segments, len(layer_order[k + 1]))
         for k, segments in enumerate(per_layer)
         if segments
     )
@@ -334,154 +337,6 @@ def _align_column_groups(
                 layer[v] = columns[0] if columns else 0
 
 
-def _initial_order(
-    entry_layer: list[int],
-    num_layers: int,
-    chains: list[list[int]],
-    groups: list[str | None],
-) -> list[list[int]]:
-    """Nodes in input order, a dummy right after the source of its edge, and the
-    members of a column group moved up to the first member of their group."""
-    n = len(groups)
-    rank: list[float] = [float(v) for v in range(n)] + [0.0] * (len(entry_layer) - n)
-    for chain in chains:
-        for k, d in enumerate(chain[1:-1], start=1):
-            rank[d] = chain[0] + k / (len(chain) + 1)
-    order: list[list[int]] = [[] for _ in range(num_layers)]
-    for e in sorted(range(len(entry_layer)), key=lambda e: (rank[e], e)):
-        order[entry_layer[e]].append(e)
-    for k, entries in enumerate(order):
-        first: dict[str, int] = {}
-        keys = []
-        for i, e in enumerate(entries):
-            g = groups[e] if e < n else None
-            keys.append(i if g is None else first.setdefault(g, i))
-        order[k] = [entries[i] for i in sorted(range(len(entries)), key=keys.__getitem__)]
-    return order
-
-
-def _reduce_crossings(
-    order: list[list[int]],
-    up: list[list[int]],
-    down: list[list[int]],
-    groups: list[str | None],
-    n: int,
-    max_sweeps: int,
-) -> tuple[list[list[int]], int]:
-    entry_groups = groups + [None] * (len(up) - n)
-    position = [0.0] * len(up)
-    _set_positions(order, position)
-    best = [list(layer) for layer in order]
-    best_crossings = _crossings(order, down, len(up))
-    stale = 0
-    for _ in range(max_sweeps):
-        if best_crossings == 0:
-            break
-        for k in range(1, len(order)):
-            order[k] = _barycenter_sort(order[k], up, position, entry_groups)
-            _set_positions([order[k]], position)
-        for k in range(len(order) - 2, -1, -1):
-            order[k] = _barycenter_sort(order[k], down, position, entry_groups)
-            _set_positions([order[k]], position)
-        crossings = _crossings(order, down, len(up))
-        if crossings < best_crossings:
-            best_crossings = crossings
-            best = [list(layer) for layer in order]
-            stale = 0
-        else:
-            stale += 1
-            if stale >= 2:
-                break
-    return best, best_crossings
-
-
-def _set_positions(layers: list[list[int]], position: list[float]) -> None:
-    # Normalised to [0, 1] so that layers of different sizes can be compared.
-    for entries in layers:
-        scale = 1.0 / (len(entries) - 1) if len(entries) > 1 else 0.0
-        for i, e in enumerate(entries):
-            position[e] = i * scale if scale else 0.5
-
-
-def _barycenter_sort(
-    entries: list[int],
-    neighbours: list[list[int]],
-    position: list[float],
-    groups: list[str | None],
-) -> list[int]:
-    bary = _mean_positions(entries, neighbours, position)
-    entry_groups = [groups[e] for e in entries]
-    if all(g is None for g in entry_groups):
-        # sorted() is stable: ties keep the current order
-        return [entries[i] for i in sorted(range(len(entries)), key=bary.__getitem__)]
-    group_sum: dict[str, float] = {}
-    group_size: dict[str, int] = {}
-    for g, b in zip(entry_groups, bary):
-        if g is not None:
-            group_sum[g] = group_sum.get(g, 0.0) + b
-            group_size[g] = group_size.get(g, 0) + 1
-    # A group sorts as one block at its mean barycenter (the "\x00" puts ungrouped
-    # entries with the same value first), members inside by their own barycenter.
-    keys = [
-        (b, "", b) if g is None else (group_sum[g] / group_size[g], "\x00" + g, b)
-        for g, b in zip(entry_groups, bary)
-    ]
-    return [entries[i] for i in sorted(range(len(entries)), key=keys.__getitem__)]
-
-
-def _mean_positions(
-    entries: list[int], neighbours: list[list[int]], position: list[float]
-) -> list[float]:
-    """Mean position of each entry's neighbours; its own position if it has none."""
-    result = []
-    append = result.append
-    for e in entries:
-        adjacent = neighbours[e]
-        if len(adjacent) == 1:
-            append(position[adjacent[0]])
-        elif adjacent:
-            total = 0.0
-            for a in adjacent:
-                total += position[a]
-            append(total / len(adjacent))
-        else:
-            append(position[e])
-    return result
-
-
-def _crossings(order: list[list[int]], down: list[list[int]], num_entries: int) -> int:
-    index = [0] * num_entries
-    for entries in order:
-        for i, e in enumerate(entries):
-            index[e] = i
-    total = 0
-    for k in range(len(order) - 1):
-        segments = [(index[e], index[f]) for e in order[k] for f in down[e]]
-        if segments:
-            total += _count_inversions(segments, len(order[k + 1]))
-    return total
-
-
-def _count_inversions(segments: list[tuple[int, int]], size: int) -> int:
-    """Pairs of segments (a, b), (c, d) with a < c and b > d (a Fenwick tree count)."""
-    segments.sort()
-    tree = [0] * (size + 1)
-    inversions = 0
-    for seen, (_, b) in enumerate(segments):
-        # segments seen so far ending strictly below b (positions > b) cross this one
-        i = b + 1
-        not_greater = 0
-        while i > 0:
-            not_greater += tree[i]
-            i -= i & -i
-        inversions += seen - not_greater
-        i = b + 1
-        while i <= size:
-            tree[i] += 1
-            i += i & -i
-    return inversions
-
-
 def _assign_coordinates(
     order: list[list[int]],
     up: list[list[int]],
@@ -519,7 +374,7 @@ def _assign_coordinates(
     for layers, neighbours in sweeps:
         for k in layers:
             entries = order[k]
-            desired = _mean_positions(entries, neighbours, pos)
+            desired = mean_positions(entries, neighbours, pos)
             for e, y in zip(entries, _place_with_gaps(desired, gaps_per_layer[k])):
                 pos[e] = y
     return pos
