@@ -41,6 +41,7 @@ log = logging.getLogger("comgra_like")
 #: Codes of a row's meaning, for the step's scalars (grad norm, update ratio, loss).
 _OTHER, _PARAM_VALUE, _PARAM_GRAD, _PARAM_UPDATE, _LOSS_VALUE, _LOSS_KPI = range(6)
 _MAD_TO_SIGMA = 1.4826
+_BLOCK = "block"  # the tag of a row of a batched block
 
 
 def _guarded(method):
@@ -283,8 +284,8 @@ class FlightRecorder:
             v = float(value)
             key = self._key(full, full, ff.KPI, "kpi", code, None)
             self._rows_idx.append(key)
-            self._rows.append([v, 0.0, abs(v), abs(v), float(math.isnan(v)),
-                               float(math.isinf(v))])  # a host row: the statistics
+            self._rows.append((v, v * v, v, v, float(math.isnan(v)), float(math.isinf(v)),
+                               1))  # a host row, as the CPU's reductions
 
     @_guarded
     def register_sample_ids(self, ids) -> None:
@@ -319,7 +320,7 @@ class FlightRecorder:
         self._step, self._rows_idx, self._rows, self._full = None, [], [], []
         if self.full_steps:
             self._full_ring.append((step, full))
-        parts = [q for row in rows if type(row) is tuple and row[0] != "block" for q in row[0]]
+        parts = [q for row in rows if type(row[0]) is tuple for q in row[0]]
         blocks, self._blocks, self._block_rows = self._blocks, [], 0
         pieces = ([torch.stack(parts)] if parts else []) + [b.reshape(-1) for b in blocks]
         if pieces and pieces[0].device.type != "cpu":
@@ -365,10 +366,12 @@ class FlightRecorder:
         return key
 
     def _observe(self, key: int, t: torch.Tensor) -> None:
-        """Three reductions where the tensor lives (sum, sum of squares, min and max), kept as
-        0-dim tensors until the end of the step stacks them all into one. On the CPU the
-        tensor is kept until then too, to count NaN and Inf only where the sums are not
-        finite; on a GPU they are counted at once (two more reductions, no waiting)."""
+        """Three reductions where the tensor lives (sum, sum of squares, min and max). On
+        the CPU they are read at once as Python floats (no waiting there; cheaper than
+        stacking 0-dim tensors at the end of the step), NaN and Inf counted only where a
+        sum is not finite. On a GPU they stay 0-dim tensors until the end of the step
+        stacks them all into one, the NaN and Inf counted at once (two more reductions,
+        no waiting)."""
         n = t.numel()
         if n == 0:
             return
@@ -378,8 +381,12 @@ class FlightRecorder:
             t = t.float()
         flat = t.reshape(-1)
         if flat.device.type == "cpu":
-            parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat))
-            self._rows.append((parts, t, n))
+            total, squares = flat.sum().item(), torch.dot(flat, flat).item()
+            low, high = torch.aminmax(flat)
+            nan = inf = 0.0
+            if not (math.isfinite(total) and math.isfinite(squares)):
+                nan, inf = float(torch.isnan(flat).sum()), float(torch.isinf(flat).sum())
+            self._rows.append((total, squares, low.item(), high.item(), nan, inf, n))
         else:
             parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat),
                      torch.isnan(flat).sum().float(), torch.isinf(flat).sum().float())
@@ -412,7 +419,7 @@ class FlightRecorder:
         nan = torch.full_like(sums, float("nan"))
         self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
         for key, t in pairs:
-            self._rows.append(("block", self._block_rows, int(t.numel())))
+            self._rows.append((_BLOCK, self._block_rows, int(t.numel())))
             self._rows_idx.append(key)
             self._block_rows += 1
 
@@ -429,7 +436,11 @@ class FlightRecorder:
                        "statistics only (this warning is shown once)")
             return
         self._full_bytes += nbytes
-        self._full.append((name, role, t if copied else t.clone()))
+        # not a copy: the tensor itself and its version; one changed in place later (a
+        # gradient zeroed in place, an in-place op on an activation) is left out when the
+        # window is written. Copies (the parameters before the step, the updates) are
+        # the flight recorder's own: version None.
+        self._full.append((name, role, t, None if copied else t._version))
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:
@@ -580,44 +591,61 @@ class FlightRecorder:
                 cols["numel"].append(self._numel[key])
             for i, stat in enumerate(ff.STATISTICS):
                 cols[stat].extend(rec.values[:, i].tolist())
-        full = [(step, name, role, t.detach().float().cpu().numpy())
-                for step, kept in (self._full_ring if self.full_steps else ())
-                for name, role, t in kept]
+        full, changed = [], []
+        for step, kept in (self._full_ring if self.full_steps else ()):
+            for name, role, t, version in kept:
+                if version is not None and t._version != version:
+                    changed.append(f"{name} ({role}, step {step})")
+                    continue
+                full.append((step, name, role, t.detach().float().cpu().numpy()))
+        if changed:
+            trigger["full_values_changed_in_place"] = changed
+            self._warn("in-place", "comgra_like: the flight recorder left out the full values "
+                       "of tensors changed in place after their step (listed in the "
+                       "window's JSON as full_values_changed_in_place), e.g. "
+                       f"{changed[0]}; their statistics are kept (shown once)")
         seq = self._seq
         self._seq += 1
         return ff.write_window(self._trial_path, seq, self._rank, trigger, cols, full)
 
 
 def _derive(rows: list, raw: list) -> np.ndarray:
-    """The statistics of a step's rows from their reductions. ``raw``: first the stacked
-    per-tensor reductions (4 numbers per tensor row on the CPU, 6 on a GPU), then the
-    blocks of the batched ones (6 per row). mean = sum / n, L2 = sqrt(sum of squares),
-    std from both (population), abs max = max(max, -min); on the CPU NaN and Inf are
-    counted where a sum is not finite."""
-    out = np.zeros((len(rows), len(ff.STATISTICS)), np.float64)
-    singles = [r for r in rows if type(r) is tuple and r[0] != "block"]
-    n_single = len(raw) - 6 * sum(type(r) is tuple and r[0] == "block" for r in rows)
-    k = n_single // len(singles) if singles else 4
-    pos = 0
-    for i, row in enumerate(rows):
-        if type(row) is not tuple:
-            out[i] = row
-            continue
-        if row[0] == "block":
-            at = n_single + 6 * row[1]
-            total, squares, low, high, nan, inf = raw[at:at + 6]
-            n, tensor, counted = row[2], None, True
-        else:
-            total, squares, low, high = raw[pos:pos + 4]
-            _, tensor, n = row
-            counted = k == 6
-            nan, inf = (raw[pos + 4], raw[pos + 5]) if counted else (0.0, 0.0)
-            pos += k
-        mean = total / n
-        var = squares / n - mean * mean
-        out[i] = (mean, math.sqrt(var) if var > 0 else (var if math.isnan(var) else 0.0),
-                  max(high, -low), math.sqrt(squares) if squares >= 0 else squares, nan, inf)
-        if not counted and not (math.isfinite(total) and math.isfinite(squares)):
-            out[i, 4] = float(torch.isnan(tensor).sum())
-            out[i, 5] = float(torch.isinf(tensor).sum())
+    """The statistics of a step's rows from their reductions, for all rows at once.
+
+    A row is a tuple of 7 numbers (reduced on the CPU, or a KPI given as a number: sum,
+    sum of squares, min, max, NaN count, Inf count, numel), a GPU row ``(its 6 0-dim
+    reductions, None, numel)`` whose numbers are in ``raw``, or ``(_BLOCK, i, numel)``, a
+    row of a batched block. ``raw``: the stacked GPU rows' reductions (6 each), then the
+    blocks (6 per row). mean = sum / n, L2 = sqrt(sum of squares), std from both
+    (population), abs max = max(max, -min)."""
+    m = len(rows)
+    if not raw:  # the CPU: every row is its numbers already
+        red = np.array(rows, np.float64).reshape(m, 7)
+    else:
+        red = np.zeros((m, 7), np.float64)
+        n_blocks = sum(1 for r in rows if r[0] is _BLOCK)
+        n_single = len(raw) - 6 * n_blocks
+        pos = 0
+        for i, row in enumerate(rows):
+            if row[0] is _BLOCK:
+                at = n_single + 6 * row[1]
+                red[i, :6] = raw[at:at + 6]
+                red[i, 6] = row[2]
+            elif type(row[0]) is tuple:
+                red[i, :6] = raw[pos:pos + 6]
+                red[i, 6] = row[2]
+                pos += 6
+            else:
+                red[i] = row
+    out = np.empty((m, len(ff.STATISTICS)), np.float64)
+    with np.errstate(all="ignore"):
+        n = red[:, 6]
+        mean = red[:, 0] / n
+        var = red[:, 1] / n - mean * mean
+        out[:, 0] = mean
+        out[:, 1] = np.where(var > 0, np.sqrt(np.abs(var)), np.where(np.isnan(var), var, 0.0))
+        low, high = red[:, 2], red[:, 3]
+        out[:, 2] = np.where(np.isnan(low) | np.isnan(high), np.nan, np.fmax(high, -low))
+        out[:, 3] = np.sqrt(red[:, 1])
+        out[:, 4:6] = red[:, 4:6]
     return out

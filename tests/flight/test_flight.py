@@ -100,6 +100,25 @@ def test_full_values_of_the_last_steps_are_kept(tmp_path):
     assert sorted(trigger.sample_ids) == list(range(44, 60))
 
 
+def test_full_values_are_not_copies_and_one_changed_in_place_is_left_out(tmp_path, caplog):
+    """The ring keeps the tensors themselves (no copy per step); a tensor changed in
+    place after its step is left out of the window's full values and named."""
+    def on_step(step, values, _rec):
+        values["relu1"].detach().mul_(2.0)  # after the step: an in-place change
+
+    fr = FlightRecorder(window=8, full_steps=2, after=0)
+    with caplog.at_level(logging.WARNING, logger="comgra_like"):
+        _, rec = train(tmp_path, "inplace", 21, flight=fr, nan_at=(20, "layer2"),
+                       on_step=on_step)
+    rec.finalize()
+    (trigger,) = list_flight_triggers(tmp_path / "flight", "inplace")
+    values = read_flight_values(tmp_path / "flight", "inplace", trigger.name)
+    assert (20, "relu1", "value") in values  # written before on_step changed it
+    assert (19, "relu1", "value") not in values and (19, "relu2", "value") in values
+    assert trigger.record["full_values_changed_in_place"] == ["relu1 (value, step 19)"]
+    assert sum("changed in place" in r.message for r in caplog.records) == 1
+
+
 def test_memory_bound_of_the_full_values(tmp_path, caplog):
     fr = FlightRecorder(window=8, full_steps=2, after=0, max_full_bytes=3 * 1500)
     with caplog.at_level(logging.WARNING, logger="comgra_like"):
