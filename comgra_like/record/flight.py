@@ -35,6 +35,7 @@ import torch
 
 from ..errors import ConfigurationError, FlightTriggerError
 from ..format import flight as ff
+from .module_io import tensor_version
 
 log = logging.getLogger("comgra_like")
 
@@ -199,6 +200,13 @@ class FlightRecorder:
             self._after_left -= 1
             return True
         return False
+
+    def take_after_steps(self) -> int:
+        """The steps to record in full after a trigger, handed over at once (for a driver
+        that asks its recorder with ``request_recording``, as watch() does); 0 when none
+        are due."""
+        steps, self._after_left = (self._after_left, 0) if not self._broken else (0, 0)
+        return steps
 
     # ----- one step ----------------------------------------------------------------------
 
@@ -440,7 +448,7 @@ class FlightRecorder:
         # gradient zeroed in place, an in-place op on an activation) is left out when the
         # window is written. Copies (the parameters before the step, the updates) are
         # the flight recorder's own: version None.
-        self._full.append((name, role, t, None if copied else t._version))
+        self._full.append((name, role, t, None if copied else tensor_version(t)))
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:
@@ -594,7 +602,7 @@ class FlightRecorder:
         full, changed = [], []
         for step, kept in (self._full_ring if self.full_steps else ()):
             for name, role, t, version in kept:
-                if version is not None and t._version != version:
+                if version is not None and tensor_version(t) != version:
                     changed.append(f"{name} ({role}, step {step})")
                     continue
                 full.append((step, name, role, t.detach().float().cpu().numpy()))

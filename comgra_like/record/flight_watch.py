@@ -4,32 +4,45 @@ training step, while watch records one step in ``log_freq`` (issue 30).
 What it sees on every training forward of the root module (a training step, numbered as
 watch numbers them): every parameter's value (at the forward) and update (at the next
 training forward, after the optimizer step), every parameter's gradient (a
-post-accumulate-grad hook that returns nothing), and the root module's output (its value
-and gradient). Forward passes in eval mode are not steps. The steps after a trigger are
-not recorded in full by watch (its own schedule, ``log_freq``, decides).
+post-accumulate-grad hook that returns nothing), and the output of every module (the
+root's included: each floating-point tensor of the output, named as watch names it,
+``"<module> output 0"``) with its gradient (a tensor hook that returns nothing). Forward
+passes in eval mode are not steps, and a module called while no training forward runs
+(an eval forward, a checkpoint's recomputation in the backward) is not seen.
+
+After a trigger the next ``after`` steps are recorded in full: the driver's forward
+pre-hook runs before watch's own (it judges the step that just ended first) and asks the
+recorder with ``request_recording(after)``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..errors import FlightTriggerError
 from .flight import FlightRecorder
+from .module_io import outputs_of
 from .step import Parameter
 
 log = logging.getLogger("comgra_like")
 
 
 class FlightDriver:
-    """The hooks that feed one FlightRecorder from a watched module."""
+    """The hooks that feed one FlightRecorder from a watched module.
+
+    ``request_recording``: called with the number of steps to record in full after a
+    trigger (the recorder's ``request_recording``); None records nothing extra."""
 
     def __init__(self, flight: FlightRecorder, module: torch.nn.Module, root: str,
-                 trial_path: Path, rank: int = 0):
+                 trial_path: Path, rank: int = 0,
+                 request_recording: Callable[[int], None] | None = None):
         flight.attach(trial_path, rank)
         self.flight, self.root = flight, root
+        self.request_recording = request_recording
         self.params: list[Parameter] = []
         seen: set[int] = set()
         for name, p in module.named_parameters():
@@ -41,29 +54,60 @@ class FlightDriver:
                                          module_group=None))
         self.step = 0
         self.open = False
-        self.handles = [module.register_forward_pre_hook(self._pre),
-                        module.register_forward_hook(self._post)]
+        self.active = False  # inside a training forward of the root module
+        # first: the step that just ended is judged before watch decides on this one
+        self.handles = [module.register_forward_pre_hook(self._pre, prepend=True)]
+        for sub_name, sub in module.named_modules():
+            node = f"{root}.{sub_name}" if sub_name else root
+            self.handles.append(sub.register_forward_hook(self._output_hook(node)))
+        self.handles.append(module.register_forward_hook(self._post))
         for param in self.params:
             self.handles.append(param.tensor.register_post_accumulate_grad_hook(
                 self._grad_hook(param.full_name)))
 
     def _pre(self, module, args) -> None:
+        self.active = False
         if not module.training:
             return
         try:
             if self.open:
                 self.flight.end(self.params)  # the update: after the optimizer's step
+                self._hand_over()
             self.flight.begin(self.step, self.params)
             self.step += 1
-            self.open = True
+            self.open = self.active = True
         except FlightTriggerError:
             raise  # on_trigger="raise": stops training on purpose (the window is written)
         except Exception as e:  # noqa: BLE001 - never into training
             log.warning("comgra_like.watch: flight recorder: %s", e)
 
+    def _hand_over(self) -> None:
+        """After a trigger: the recorder records the next ``after`` steps in full."""
+        steps = self.flight.take_after_steps()
+        if steps and self.request_recording is not None:
+            try:
+                self.request_recording(steps)
+            except Exception as e:  # noqa: BLE001 - never into training
+                log.warning("comgra_like.watch: flight recorder: the steps after the "
+                            "trigger are not recorded in full (%s)", e)
+
+    def _output_hook(self, node: str):
+        flight = self.flight
+
+        def hook(module, args, output) -> None:
+            if not self.active:
+                return
+            try:
+                for role, t in outputs_of(output):
+                    if t.is_floating_point():
+                        flight.observe_tensor(f"{node} {role}", t, node, "calculated")
+            except Exception as e:  # noqa: BLE001 - never into training
+                self.active = False
+                log.warning("comgra_like.watch: flight recorder: %s", e)
+        return hook
+
     def _post(self, module, args, output) -> None:
-        if self.open and module.training and isinstance(output, torch.Tensor):
-            self.flight.observe_tensor(f"{self.root}.output", output, self.root, "calculated")
+        self.active = False  # the training forward is over (the root's hooks ran)
 
     def _grad_hook(self, name: str):
         def hook(param) -> None:
@@ -74,6 +118,7 @@ class FlightDriver:
     def close(self) -> None:
         """The last step ends, the hooks go."""
         try:
+            self.active = False
             if self.open:
                 self.open = False
                 self.flight.end(self.params)

@@ -309,7 +309,7 @@ def watch(
         from .flight_watch import FlightDriver
 
         flight = FlightDriver(flight_recorder, module, root, recorder.trial_path,
-                              recorder.rank)
+                              recorder.rank, getattr(recorder, "request_recording", None))
     handle = WatchHandle(watcher, recorder, own, backend, collector, flight)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "

@@ -41,7 +41,8 @@ def test_watch_flight_catches_a_nan_between_recorded_steps(tmp_path):
         _, handle = _loop(tmp_path, "w", 80, fr, nan_param_at=57)
         # the NaN input at step 57 makes the output NaN, then every gradient and update
         assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 57)]
-        assert fr.fired[0]["tensor"] == "model.output"
+        # the first module whose output is NaN, named as watch names it
+        assert (fr.fired[0]["tensor"], fr.fired[0]["node"]) == ("model.0 output 0", "model.0")
         group = open_group(tmp_path)
         (trigger,) = group.list_flight_triggers("w")
         rows = group.read_flight("w")
@@ -50,8 +51,18 @@ def test_watch_flight_catches_a_nan_between_recorded_steps(tmp_path):
         for name, _ in make_model(0).named_parameters():
             for role in ("value", "gradient", "update"):
                 assert (f"model.{name}", role) in have
+        # every module's output and its gradient, on every step of the window
+        modules = ["model"] + [f"model.{n}" for n, _ in make_model(0).named_children()]
+        for step, at in rows.groupby("training_step"):
+            names = set(zip(at["name"], at["role"]))
+            for node in modules:
+                assert (f"{node} output 0", "value") in names, (step, node)
+                assert (f"{node} output 0", "gradient") in names, (step, node)
+        # the `after` steps (8) are recorded in full by watch, then log_freq again
+        assert sorted(group.list_steps("w")["training_step"].unique()) == [
+            0, *range(58, 66)]
         (finding,) = [f for f in find(group, "w") if f.kind == "flight_non_finite"]
-        assert finding.steps == (57,) and finding.node == "model"
+        assert finding.steps == (57,) and finding.node == "model.0"
     finally:
         torch.set_num_threads(threads)
 
