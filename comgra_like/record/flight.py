@@ -143,6 +143,7 @@ class FlightRecorder:
         self._broken = False
         self._trial_path: Path | None = None
         self._rank = 0
+        self._notify: Callable[[dict], Any] | None = None
         # the catalog: one entry per (name, role) ever seen
         self._keys: dict[tuple[str, str], int] = {}
         self._names: list[str] = []
@@ -184,10 +185,15 @@ class FlightRecorder:
             raise ConfigurationError(
                 "this FlightRecorder is attached to a recorder already; make one per recorder")
 
-    def attach(self, trial_path: str | Path, rank: int = 0) -> None:
-        """Called by the recorder that owns this flight recorder (one recorder each)."""
+    def attach(self, trial_path: str | Path, rank: int = 0,
+               notify: Callable[[dict], Any] | None = None) -> None:
+        """Called by the recorder that owns this flight recorder (one recorder each).
+        ``notify``: called with each trigger once its window is written, to name it in
+        trial.json (the writer client's ``flight_trigger``); its failure is logged, never
+        raised."""
         self.check_free()
         self._trial_path, self._rank = Path(trial_path), int(rank)
+        self._notify = notify
 
     @property
     def armed(self) -> bool:
@@ -571,6 +577,7 @@ class FlightRecorder:
                         "step %s (%s: %s)", step, type(e).__name__, e)
         self.fired.append(trigger)
         self._after_left = self.after
+        self._name_in_trial(trigger, [r.step for r in self._ring])
         log.warning("comgra_like: flight recorder trigger %s at step %s (tensor %s, value %s); "
                     "window of steps %s-%s %s", fired[0]["kind"], step,
                     fired[0].get("tensor"), fired[0].get("value"), first, step,
@@ -584,6 +591,27 @@ class FlightRecorder:
                    f"{name} (Group.read_flight)" if name else "the window could NOT be written")
                 + ". FlightRecorder(on_trigger='raise') stops training here; "
                 "on_trigger='record' records and goes on")
+
+    def _name_in_trial(self, trigger: dict, steps: list[int]) -> None:
+        """trial.json names the trigger (through the writer: ``notify``)."""
+        if self._notify is None:
+            return
+        detail = {k: trigger[k] for k in ("name", "node", "role", "median", "threshold",
+                                          "growth", "rows_non_finite", "said")
+                  if trigger.get(k) is not None}
+        if len(trigger["triggers"]) > 1:
+            detail["also"] = [t["kind"] for t in trigger["triggers"][1:]]
+        value = trigger.get("value")
+        try:
+            self._notify({"kind": trigger["kind"], "training_step": int(trigger["step"]),
+                          "tensor": trigger.get("tensor"),
+                          "value": None if value is None else float(value),
+                          "window_steps": steps, "detail": detail,
+                          "wall_time": trigger["time"]})
+        except Exception as e:  # noqa: BLE001 - the window is written; training goes on
+            self._warn("notify", "comgra_like: the flight recorder's trigger could not be "
+                       f"named in trial.json ({type(e).__name__}: {e}); the window is in "
+                       "the trial's flight/ folder (shown once)")
 
     def _write(self, trigger: dict) -> str:
         cols: dict[str, list] = {f: [] for f in ff.STATS_SCHEMA.names}

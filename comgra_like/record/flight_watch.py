@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -34,15 +33,20 @@ log = logging.getLogger("comgra_like")
 class FlightDriver:
     """The hooks that feed one FlightRecorder from a watched module.
 
-    ``request_recording``: called with the number of steps to record in full after a
-    trigger (the recorder's ``request_recording``); None records nothing extra."""
+    ``recorder``: watch's own recorder (its public ``trial_path``, ``rank``,
+    ``request_recording`` for the steps after a trigger and ``writer``, whose
+    ``flight_trigger`` names each trigger in trial.json)."""
 
-    def __init__(self, flight: FlightRecorder, module: torch.nn.Module, root: str,
-                 trial_path: Path, rank: int = 0,
-                 request_recording: Callable[[int], None] | None = None):
-        flight.attach(trial_path, rank)
+    def __init__(self, flight: FlightRecorder, module: torch.nn.Module, root: str, recorder):
+        def notify(trigger: dict) -> None:
+            writer = recorder.writer
+            if writer is not None:
+                writer.flight_trigger(trigger)
+
+        flight.attach(recorder.trial_path, recorder.rank, notify)
         self.flight, self.root = flight, root
-        self.request_recording = request_recording
+        self.request_recording: Callable[[int], None] | None = getattr(
+            recorder, "request_recording", None)
         self.params: list[Parameter] = []
         seen: set[int] = set()
         for name, p in module.named_parameters():

@@ -308,8 +308,7 @@ def watch(
     if flight_recorder is not None and getattr(recorder, "trial_path", None) is not None:
         from .flight_watch import FlightDriver
 
-        flight = FlightDriver(flight_recorder, module, root, recorder.trial_path,
-                              recorder.rank, getattr(recorder, "request_recording", None))
+        flight = FlightDriver(flight_recorder, module, root, recorder)
     handle = WatchHandle(watcher, recorder, own, backend, collector, flight)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "

@@ -3,11 +3,14 @@ watch records one step in log_freq (issue 30)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from comgra_like import ConfigurationError, FlightRecorder, watch
 from comgra_like.analysis import find
+from comgra_like.format.trial import flight_triggers
 from comgra_like.query import open_group
 
 from .loops import make_model
@@ -63,6 +66,14 @@ def test_watch_flight_catches_a_nan_between_recorded_steps(tmp_path):
             0, *range(58, 66)]
         (finding,) = [f for f in find(group, "w") if f.kind == "flight_non_finite"]
         assert finding.steps == (57,) and finding.node == "model.0"
+        # trial.json names the trigger (through the writer)
+        info = json.loads((tmp_path / "trials" / "w" / "trial.json").read_text())
+        (named,), dropped = flight_triggers(info)
+        assert dropped == 0
+        assert (named["kind"], named["training_step"], named["tensor"]) == (
+            "non_finite", 57, "model.0 output 0")
+        assert named["window_steps"] == list(range(42, 58))
+        assert named["detail"]["name"] == trigger.name
     finally:
         torch.set_num_threads(threads)
 
