@@ -16,9 +16,13 @@ records the LightningModule with ``comgra_like.watch`` (docs/INTEGRATIONS.md).
   ``<trial>.validation``; the sanity check before training is the validation of step -1.
 * Watching stops at the end of ``fit`` (also when it fails).
 
-The watched module is the LightningModule: its ``training_step`` must call
-``self(...)``; one that calls a submodule (``self.model(x)``) names it with
-``module="model"``. A module that no training step calls is said once in the log.
+The watched module is the strategy's model (``trainer.model``): the LightningModule on
+one device, whose ``training_step`` must then call ``self(...)`` (one that calls a
+submodule, ``self.model(x)``, names it with ``module="model"``); under DDP the
+``DistributedDataParallel`` wrapper, whose forward Lightning redirects to
+``training_step``/``validation_step``, so that each step is one forward of the root and
+the module names are ``model.module.<name>`` (as with watch() of a DDP model). A module
+that no training step calls is said once in the log.
 
 ``pytorch_lightning.Trainer`` (the older package name) checks for its own ``Callback``
 class: use ``comgra_like.integrations.pytorch_lightning.ComgraCallback`` there (the

@@ -58,7 +58,7 @@ class LightningRecording:
         # after the strategy's setup: the optimizers exist, the process group too
         if self.handle is not None and self.handle.watching:
             return
-        target = self._target(pl_module)
+        target = self._target(trainer, pl_module)
         path = Path(self.path) if self.path is not None else self.default_path(trainer)
         config = self.config if self.config is not None else plain_config(
             dict(pl_module.hparams))
@@ -114,9 +114,15 @@ class LightningRecording:
             except Exception as e:  # noqa: BLE001 - never into training
                 log.warning("comgra_like ComgraCallback: stopping the recording failed: %s", e)
 
-    def _target(self, pl_module) -> torch.nn.Module:
+    def _target(self, trainer, pl_module) -> torch.nn.Module:
         if self.module_attribute is None:
-            return pl_module
+            # the strategy's model: the LightningModule, or the wrapper (DDP, FSDP) whose
+            # forward Lightning calls once per step to run training_step/validation_step
+            # (it redirects the wrapper's forward to them), the LightningModule being its
+            # submodule; watching the LightningModule itself there would count its call
+            # by the wrapper and its own self(...) as two steps
+            model = trainer.model
+            return model if isinstance(model, torch.nn.Module) else pl_module
         target = getattr(pl_module, self.module_attribute, None)
         if not isinstance(target, torch.nn.Module):
             raise ConfigurationError(
