@@ -207,6 +207,11 @@ class FlightRecorder:
             return True
         return False
 
+    def steps_kept(self) -> list[int]:
+        """The training steps whose statistics are in memory now (the window), oldest
+        first."""
+        return [r.step for r in self._ring]
+
     def take_after_steps(self) -> int:
         """The steps to record in full after a trigger, handed over at once (for a driver
         that asks its recorder with ``request_recording``, as watch() does); 0 when none
