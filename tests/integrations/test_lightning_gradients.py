@@ -1,0 +1,102 @@
+"""What the Lightning callback records of the optimizer's step, under
+``accumulate_grad_batches=2``, ``precision="bf16-mixed"`` and ``gradient_clip_val``: the
+recorded gradient (loss group ``optimizer``) equals the one the optimizer used, captured
+by the test's own step pre-hook (Lightning passes the forward and backward to
+``optimizer.step`` as its closure: the hook wraps it and reads the gradients after it);
+the norm before clipping equals the one the test reads at ``on_before_optimizer_step``;
+training is bitwise the same with and without the callback."""
+
+from __future__ import annotations
+
+import lightning.pytorch as L
+import pytest
+import torch
+
+from comgra_like.integrations.callbacks import takes_optimizer
+from comgra_like.integrations.lightning import ComgraCallback
+from comgra_like.query import open_group
+
+from .lightning_models import fit
+
+SETTINGS = {"accumulate_grad_batches": 2, "precision": "bf16-mixed",
+            "gradient_clip_val": 0.05, "max_steps": 4, "num_sanity_val_steps": 0,
+            "limit_val_batches": 0}
+
+
+class Capture(L.Callback):
+    """The gradients before clipping (``on_before_optimizer_step``) and the ones the
+    optimizer's step used (a step pre-hook that wraps Lightning's closure), per step."""
+
+    def __init__(self):
+        self.before: list[dict[str, torch.Tensor]] = []
+        self.used: list[dict[str, torch.Tensor]] = []
+
+    def on_fit_start(self, trainer, pl_module):
+        self.names = {id(p): n for n, p in pl_module.named_parameters()}
+        for opt in trainer.optimizers:
+            opt.register_step_pre_hook(self._pre)
+
+    def _grads(self, params) -> dict[str, torch.Tensor]:
+        return {self.names[id(p)]: p.grad.detach().clone() for p in params
+                if p.grad is not None}
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.before.append(self._grads(pl_module.parameters()))
+
+    def _pre(self, optimizer, args, kwargs):
+        closure = kwargs.get("closure")
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+
+        def wrapped():
+            loss = closure()
+            self.used.append(self._grads(params))
+            return loss
+        return args, {**kwargs, "closure": wrapped}
+
+
+def state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_training_is_bitwise_the_same_with_accumulation_bf16_and_clipping(tmp_path):
+    plain = state(fit(tmp_path / "plain", **SETTINGS))
+    watched = state(fit(tmp_path / "watched", [ComgraCallback(log_freq=1)], **SETTINGS))
+    assert plain.keys() == watched.keys()
+    for k, value in plain.items():
+        assert torch.equal(value, watched[k]), k
+
+
+@pytest.mark.skipif(not takes_optimizer(), reason="watch(optimizer=) has not landed")
+def test_the_recorded_gradient_is_the_one_the_optimizer_used(tmp_path):
+    capture = Capture()
+    callback = ComgraCallback(log_freq=1)
+    fit(tmp_path, [capture, callback], **SETTINGS)
+    assert len(capture.used) == len(capture.before) == 4
+    g = open_group(callback.handle.group_path)
+    trial = callback.handle.trial_id
+    stats = g.read_statistics(trial)
+    used = stats[stats["recording_type"] == "gradient:optimizer"]
+    assert sorted(used["training_step"].unique()) == [0, 1, 2, 3]
+    # two micro-batches per step: two iterations of each step
+    forward = stats[(stats["node"] == "model.first") & (stats["role"] == "input 0")]
+    assert forward.groupby("training_step")["iteration"].nunique().tolist() == [2] * 4
+    clipped = 0
+    for step in range(4):
+        for name, grad in capture.used[step].items():
+            row = used[(used["training_step"] == step) & (used["node"] == f"model.{name}")]
+            assert len(row) == 1, (step, name)
+            assert row["norm"].item() == pytest.approx(grad.norm().item(), rel=1e-5)
+            assert row["mean"].item() == pytest.approx(grad.mean().item(), rel=1e-4,
+                                                       abs=1e-9)
+        before = torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(t) for t in capture.before[step].values()]))
+        after = torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(t) for t in capture.used[step].values()]))
+        clipped += bool(before > after * 1.01)
+        m = g.read_metrics(trial, module="optimizer",
+                           metric="optimizer/grad_norm_before_clipping", steps=[step])
+        assert m["value"].item() == pytest.approx(before.item(), rel=1e-5)
+        m = g.read_metrics(trial, module="optimizer", metric="optimizer/grad_norm",
+                           steps=[step])
+        assert m["value"].item() == pytest.approx(after.item(), rel=1e-5)
+    assert clipped >= 2, "gradient_clip_val=0.05 should have clipped most steps"
