@@ -164,6 +164,7 @@ class FlightRecorder:
         self._blocks: list = []  # (rows, 6) tensors of _observe_many
         self._block_rows = 0
         self._force_batched = False  # tests: the GPU's batched reductions on the CPU
+        self._lengths: dict = {}  # the tensors' sizes on their device, per layout
         self._full: list = []
         self._full_bytes = 0
         self._before: list[torch.Tensor | None] = []
@@ -423,7 +424,8 @@ class FlightRecorder:
     def _observe_many(self, keys: list[int], tensors: list) -> None:
         """The statistics of many tensors with few launches (a GPU's parameters,
         gradients, updates): the L2 norms and abs maxima with the multi-tensor
-        ``torch._foreach_norm`` (fused kernels on a GPU), a sum per tensor, three stacks.
+        ``torch._foreach_norm`` (fused kernels on a GPU), the sums of all with one segmented
+        sum over their concatenation, three stacks.
         NaN and Inf are not counted here (NaN in the counts); a non-finite value still
         shows in the sums and norms."""
         pairs = [(k, t) for k, t in zip(keys, tensors) if t.numel()]
@@ -434,7 +436,17 @@ class FlightRecorder:
         ts = [t for _, t in pairs]
         l2 = torch.stack(torch._foreach_norm(ts, 2))
         amax = torch.stack(torch._foreach_norm(ts, float("inf")))
-        sums = torch.stack([t.sum() for t in ts])
+        # the sums: one copy into a flat buffer and one segmented sum (two launches, not
+        # one per tensor: hundreds of launches made a GPU step wait for the CPU)
+        sizes = tuple(int(t.numel()) for t in ts)
+        lengths = self._lengths.get((sizes, ts[0].device))
+        if lengths is None:  # made once per layout (a copy to the device)
+            if len(self._lengths) > 16:  # a few layouts per model: roles with or without grad
+                self._lengths.clear()
+            lengths = self._lengths[(sizes, ts[0].device)] = torch.tensor(
+                sizes, device=ts[0].device)
+        sums = torch.segment_reduce(torch.cat([t.reshape(-1) for t in ts]), "sum",
+                                    lengths=lengths)
         nan = torch.full_like(sums, float("nan"))
         self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
         for key, t in pairs:
