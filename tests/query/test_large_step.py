@@ -141,10 +141,10 @@ def test_a_file_of_one_row_group_written_before_reads_the_same(large_group, tmp_
 
 
 def test_the_row_by_row_read_gives_what_the_whole_step_gives(tiny_group, monkeypatch):
-    from comgra_like.query import provider
+    from comgra_like.query import tensor_reads
 
     whole = open_group(tiny_group)
-    monkeypatch.setattr(provider, "LARGE_STEP_BYTES", -1)  # every step is large
+    monkeypatch.setattr(tensor_reads, "LARGE_STEP_BYTES", -1)  # every step is large
     by_row = open_group(tiny_group)
     checked = 0
     for step in whole.list_steps("trial_a")["training_step"].unique().tolist():
