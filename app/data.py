@@ -31,6 +31,7 @@ from comgra_like.query.cache import ByteLRU, estimate_bytes
 from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH
 
 from . import selection as sel
+from .controls.rank_selector import MERGED
 from .findings_scan import Findings
 from .statistic_table import StatisticTable
 from .steps import StepList
@@ -81,10 +82,6 @@ class RefreshRecord:
     seconds: float  # the whole refresh
     group_seconds: float  # of which in the query API (opening the group, Group.refresh)
     version: int  # the group's data version after it (0: no group yet)
-
-
-#: The rank selector's value for "all ranks merged" (a distributed recording).
-MERGED_RANKS = "merged"
 
 
 class AppData:
@@ -441,8 +438,8 @@ class AppData:
 
     def read_tensor(self, current: Mapping[str, Any], rank: Any = None) -> Any:
         """The TensorRecord of a complete selection (raises NotFoundError); ``rank``: one
-        rank's (None: the lowest) or ``MERGED_RANKS``, all ranks merged (a selection of
-        one sample cannot be merged: a ConfigurationError says so)."""
+        rank's (None: the lowest) or ``MERGED`` (``controls.rank_selector``), all ranks
+        merged (a selection of one sample cannot be merged: a ConfigurationError says so)."""
         node = self.graph_node(
             current["trial"], current["training_step"], current["iteration"], current["node"]
         )
@@ -452,14 +449,14 @@ class AppData:
         aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
         args = (current["trial"], current["training_step"], iteration, stored_node,
                 stored_role, current["recording_type"], aggregation)
-        if rank == MERGED_RANKS:
+        if rank == MERGED:
             return self._group.read_merged_tensor(*args)
         return self._group.read_tensor(*args, sample_index, rank)
 
     def read_series(self, current: Mapping[str, Any], statistic: str,
                     rank: Any = None) -> pd.DataFrame:
         """The statistic of the selected tensor over all recorded steps (cached per
-        version), of one rank (None: the lowest) or ``MERGED_RANKS``."""
+        version), of one rank (None: the lowest) or ``MERGED``."""
         node = self.graph_node(
             current["trial"], current["training_step"], current["iteration"], current["node"]
         )
@@ -485,7 +482,7 @@ class AppData:
             toe,
             rank,
         )
-        if rank == MERGED_RANKS:
+        if rank == MERGED:
             return self.cached(key, lambda: self._merged_series(
                 current["trial"], stored_node, stored_role, iteration,
                 current["recording_type"], aggregation, statistic, toe))

@@ -7,7 +7,8 @@ A recording without metrics, or a query API without these reads, gives empty fra
 never an error: the page then says how to record metrics.
 
 ``rank`` (a distributed recording): None reads the lowest rank, an int that rank,
-``SIDE_BY_SIDE`` every rank with a ``rank`` column (a line per rank on the page).
+``EVERY_RANK`` (``controls.rank_selector``) every rank with a ``rank`` column (a line
+per rank on the page).
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from typing import Any
 
 import pandas as pd
 
+from .controls.rank_selector import EVERY_RANK
 from .data import AppData
 from .module_data import data_version
 
-#: The Metrics page's rank choice that reads every rank, side by side.
-SIDE_BY_SIDE = "all"
-
 
 def _rank_arguments(rank: Any) -> dict:
-    if rank == SIDE_BY_SIDE:
-        return {"ranks": SIDE_BY_SIDE}
+    if rank == EVERY_RANK:
+        return {"ranks": EVERY_RANK}
     return {"rank": int(rank)} if rank is not None else {}
 
 

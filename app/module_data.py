@@ -7,7 +7,7 @@ recording made without ``watch`` simply has none (every function then returns No
 an empty frame, never an error).
 
 The histograms of a distributed recording are read per rank (``rank``): None is the
-lowest rank, an int that rank, ``SIDE_BY_SIDE`` every rank (a ``rank`` column),
+lowest rank, an int that rank, ``EVERY_RANK`` every rank (a ``rank`` column),
 ``MERGED`` the ranks' counts added (``Group.read_merged_histograms`` with ``rebin``: exact
 where the ranks' bin edges agree, re-binned where they differ). The module graph is the
 lowest rank's: under data-parallel training every rank has the same one.
@@ -19,13 +19,12 @@ from typing import Any
 
 import pandas as pd
 
+from .controls.rank_selector import EVERY_RANK, MERGED
 from .data import AppData
 
 #: A trial's module graph is looked for in at most this many of its latest steps (the
 #: structure is deduplicated: one graph per distinct structure, most steps share it).
 MAX_STEPS_TRIED = 50
-#: The rank choices that read every rank: side by side, or merged.
-SIDE_BY_SIDE, MERGED = "all", "merged"
 
 
 def _read(data: AppData, name: str) -> Any | None:
@@ -89,9 +88,9 @@ def histograms(data: AppData, trial: str, node: str, rank: Any = None) -> pd.Dat
 
         def load() -> pd.DataFrame:
             return merged(trial, nodes=[node], rebin=True)
-    elif rank == SIDE_BY_SIDE:
+    elif rank == EVERY_RANK:
         def load() -> pd.DataFrame:
-            return read(trial, nodes=[node], ranks=SIDE_BY_SIDE)
+            return read(trial, nodes=[node], ranks=EVERY_RANK)
     else:
         def load() -> pd.DataFrame:
             return read(trial, nodes=[node], **({} if rank is None else {"rank": int(rank)}))

@@ -21,7 +21,9 @@ from comgra_like.vocabulary import ANY_TYPE, SAMPLE
 
 from . import ids, views
 from . import selection as sel
-from .data import MERGED_RANKS, AppData
+from .controls import rank_selector as ranks
+from .controls.rank_selector import EACH_RANK, MERGED, RankSelector
+from .data import AppData
 from .graph_figure import neighbor_in_direction
 from .parts import AppParts
 
@@ -42,47 +44,24 @@ _KEY_DIRECTIONS = {"left", "right", "up", "down"}
 _MAX_STEP_MARKS = 6
 
 
-#: The rank selector of a distributed recording (shown only when a trial has several).
+#: The Tensors page's rank selector of a distributed recording (shown only when a trial
+#: has several ranks): "all ranks merged" (the default) or one rank.
 RANK_SELECT = "rank-select"
 RANK_BOX = "rank-box"
-MERGED_LABEL = "all ranks merged"
-#: The class of every page's rank box (Tensors, Modules, Metrics, Notes). Never one of
-#: Bootstrap's display classes (``d-flex``, ``d-block``, ...): they are ``!important``
-#: and beat the ``display: none`` of :func:`rank_box_style`, which showed an empty
-#: "Ranks" dropdown on every recording made by one process.
-RANK_BOX_CLASS = "align-items-center"
-
-
-def rank_box_style(options: Sequence[Any]) -> dict[str, str]:
-    """A rank box's style: shown (a flex row) when there are ranks to choose from."""
-    return {"display": "flex" if options else "none"}
-
-
-def rank_options(ranks: Sequence[int]) -> list[dict[str, Any]]:
-    """The rank selector's options: none for a single rank, else "all ranks merged"
-    (the combined batch, query/ranks.py) and each rank."""
-    if len(ranks) <= 1:
-        return []
-    return [{"label": MERGED_LABEL, "value": MERGED_RANKS},
-            *({"label": f"rank {r}", "value": int(r)} for r in ranks)]
-
-
-def rank_value(options: Sequence[Mapping[str, Any]], value: Any) -> Any:
-    """The selected rank kept while it is an option; "all ranks merged" by default."""
-    values = [o["value"] for o in options]
-    if value in values:
-        return value
-    return MERGED_RANKS if values else None
+RANKS = RankSelector(RANK_SELECT, RANK_BOX, choices=(MERGED, EACH_RANK), default=MERGED,
+                     label="Ranks", inline=False, width="12rem")
+MERGED_LABEL = ranks.MERGED_LABEL
+#: The class of every page's rank box, and its style (``controls.rank_selector``).
+RANK_BOX_CLASS = ranks.BOX_CLASS
+rank_box_style = ranks.box_style
+#: The Tensors page's options and value for a trial's ranks.
+rank_options = RANKS.options
+rank_value = RANKS.value
 
 
 def rank_selector() -> html.Div:
     """A labelled dropdown, hidden until the trial has several ranks."""
-    return html.Div(
-        [html.Span("Ranks", className="me-2"),
-         dcc.Dropdown(id=RANK_SELECT, options=[], value=None, clearable=False,
-                      searchable=True, className="sel-dropdown rank-dropdown",
-                      style={"minWidth": "12rem"})],
-        id=RANK_BOX, className=RANK_BOX_CLASS, style=rank_box_style([]))
+    return RANKS.layout()
 
 
 def nav_button(field: str, forward: bool, label: str) -> html.Button:

@@ -14,7 +14,9 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from comgra_like.errors import ComgraError
 
-from .. import figures, ids, selectors
+from .. import figures, ids
+from ..controls.rank_selector import EACH_RANK, EVERY_RANK, RankSelector, box_style
+from ..controls.shown import if_changed, unchanged
 from ..parts import AppParts
 from .page import Page
 
@@ -22,7 +24,10 @@ PATH = "/notes"
 NAME = "Notes"
 RANK = "notes-rank"
 RANK_BOX = "notes-rank-box"
-EVERY_RANK = "all"
+#: The rank filter: every rank's notes (``EVERY_RANK``, the default) or one rank's.
+RANKS = RankSelector(RANK, RANK_BOX, choices=(EVERY_RANK, EACH_RANK), default=EVERY_RANK,
+                     default_without_ranks=EVERY_RANK, every_label="every rank",
+                     width="10rem")
 
 
 def layout() -> html.Div:
@@ -37,12 +42,7 @@ def layout() -> html.Div:
                         placeholder="search notes…",
                         className="form-control form-control-sm notes-search",
                     ),
-                    html.Span(
-                        [html.Span("ranks", className="sel-label ms-3 me-2"),
-                         dcc.Dropdown(id=RANK, options=[], value=EVERY_RANK, clearable=False,
-                                      className="sel-dropdown", style={"minWidth": "10rem"})],
-                        id=RANK_BOX, className=selectors.RANK_BOX_CLASS,
-                        style=selectors.rank_box_style([])),
+                    RANKS.layout(),
                 ],
                 className="d-flex align-items-center mb-2",
             ),
@@ -56,14 +56,6 @@ def layout() -> html.Div:
 def ranks_of(notes: list[Any]) -> list[int]:
     """The ranks that took notes, sorted."""
     return sorted({int(getattr(n, "rank", 0)) for n in notes})
-
-
-def rank_options(ranks: list[int]) -> list[dict]:
-    """The rank filter's options: none for one rank, else every rank and each rank."""
-    if len(ranks) <= 1:
-        return []
-    return [{"label": "every rank", "value": EVERY_RANK},
-            *({"label": f"rank {r}", "value": r} for r in ranks)]
 
 
 def notes_list(notes: list[Any], query: str | None, rank: Any = EVERY_RANK) -> html.Div:
@@ -115,19 +107,20 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trial = ((selection or {}).get("current") or {}).get("trial")
         if trial is None:
             return (html.P("No trial selected.", className="text-muted"), None, no_update,
-                    no_update, selectors.rank_box_style([]))
+                    no_update, box_style([]))
         try:
             notes = data.notes(trial)
         except ComgraError as exc:
             return (html.P(str(exc), className="text-danger"), None, no_update, no_update,
-                    selectors.rank_box_style([]))
-        options = rank_options(ranks_of(notes))
-        chosen = rank if rank in [o["value"] for o in options] else EVERY_RANK
+                    box_style([]))
+        # the ranks that took notes (not the trial's): the filter is this callback's
+        options = RANKS.options(ranks_of(notes))
+        chosen = RANKS.value(options, rank)
         key = [trial, len(notes), query or "", chosen]
-        style = selectors.rank_box_style(options)
-        new_options = options if options != (rank_shown or []) else no_update
-        new_rank = chosen if chosen != rank else no_update
-        if key == shown:
+        style = box_style(options)
+        new_options = if_changed(options, rank_shown or [])
+        new_rank = if_changed(chosen, rank)
+        if unchanged(key, shown):
             return no_update, no_update, new_options, new_rank, style
         return notes_list(notes, query, chosen), key, new_options, new_rank, style
 

@@ -30,11 +30,11 @@ both). Every public name the single module had is importable from here.
 
 from __future__ import annotations
 
+from ...controls.rank_selector import SIDE_BY_SIDE_LABEL
 from ..page import Page
 from .callbacks import register_callbacks
 from .choices import (
     rank_for,
-    rank_options,
     shown_modules,
     trials_of,
     view_of,
@@ -61,9 +61,9 @@ from .layout import (
     PATH,
     RANK,
     RANK_BOX,
+    RANKS,
     SEARCH,
     SHOWN,
-    SIDE_BY_SIDE_LABEL,
     TARGET,
     VIEW,
     WINDOW,
@@ -75,10 +75,41 @@ from .layout import (
 PAGE = Page(PATH, NAME, layout, register_callbacks)
 
 __all__ = [
-    "AUTO", "BAND", "BY_TYPE", "CARDS", "EXECUTION", "FIGURE_HEIGHT", "HEATMAP", "INFO",
-    "LINES", "LOG", "MAX_FIGURES", "METRICS", "MODULES", "NAME", "OVERLAY", "PAGE", "PATH",
-    "RANK", "RANK_BOX", "SEARCH", "SHOWN", "SIDE_BY_SIDE_LABEL", "TARGET", "VIEW", "WINDOW",
-    "card", "card_id", "frames_of", "layout", "rank_for", "rank_options",
-    "register_callbacks", "shown_modules", "trials_of", "view_of", "where_clicked",
+    "AUTO",
+    "BAND",
+    "BY_TYPE",
+    "CARDS",
+    "EXECUTION",
+    "FIGURE_HEIGHT",
+    "HEATMAP",
+    "INFO",
+    "LINES",
+    "LOG",
+    "MAX_FIGURES",
+    "METRICS",
+    "MODULES",
+    "NAME",
+    "OVERLAY",
+    "PAGE",
+    "PATH",
+    "RANK",
+    "RANKS",
+    "RANK_BOX",
+    "SEARCH",
+    "SHOWN",
+    "SIDE_BY_SIDE_LABEL",
+    "TARGET",
+    "VIEW",
+    "WINDOW",
+    "card",
+    "card_id",
+    "frames_of",
+    "layout",
+    "rank_for",
+    "register_callbacks",
+    "shown_modules",
+    "trials_of",
+    "view_of",
+    "where_clicked",
     "window_of",
 ]

@@ -15,7 +15,7 @@ from ... import ids, metric_data, other_trials
 from ... import metric_figures as mfig
 from ...natural import natural_sorted
 from ...parts import AppParts
-from .choices import rank_for, rank_options, shown_modules, trials_of
+from .choices import rank_for, shown_modules, trials_of
 from .layout import (
     CARDS,
     EXECUTION,
@@ -25,7 +25,7 @@ from .layout import (
     MODULES,
     OVERLAY,
     RANK,
-    RANK_BOX,
+    RANKS,
     SEARCH,
     SHOWN,
     card,
@@ -109,21 +109,4 @@ def register_card_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 [{"label": m, "value": m} for m in names], executions, execution, info, cards,
                 key)
 
-    @app.callback(
-        Output(RANK, "options"),
-        Output(RANK, "value"),
-        Output(RANK_BOX, "style"),
-        Input(ids.SELECTION, "data"),
-        Input(ids.DATA_STATUS, "data"),
-        State(RANK, "value"),
-        State(RANK, "options"),
-    )
-    def rank_choices(selection: dict | None, _status: Any, value: Any,
-                     shown: list | None) -> tuple:
-        trial = ((selection or {}).get("current") or {}).get("trial")
-        options = rank_options(data.ranks(trial) if trial in data.trial_ids() else [])
-        values = [o["value"] for o in options]
-        chosen = value if value in values else metric_data.SIDE_BY_SIDE
-        style = {"display": "flex" if options else "none"}
-        return (options if options != (shown or []) else no_update,
-                chosen if chosen != value else no_update, style)
+    RANKS.register(app, lambda trial: data.ranks(trial) if trial in data.trial_ids() else [])

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ... import metric_data
 from ... import metric_groups as mg
+from ...controls.rank_selector import EVERY_RANK
 from ...natural import natural_sorted
 from ..tensors import PATH as TENSORS_PATH
-from .layout import BY_TYPE, HEATMAP, LINES, SIDE_BY_SIDE_LABEL
+from .layout import BY_TYPE, HEATMAP, LINES
 
 
 def trials_of(selection: Mapping | None, overlay: list | None, known: list[str]) -> list[str]:
@@ -20,19 +20,10 @@ def trials_of(selection: Mapping | None, overlay: list | None, known: list[str])
     return out + [t for t in (overlay or []) if t in known and t not in out]
 
 
-def rank_options(ranks: list[int]) -> list[dict]:
-    """The rank selector's options: none for one rank, else every rank side by side and
-    each rank."""
-    if len(ranks) <= 1:
-        return []
-    return [{"label": SIDE_BY_SIDE_LABEL, "value": metric_data.SIDE_BY_SIDE},
-            *({"label": f"rank {r}", "value": int(r)} for r in ranks)]
-
-
 def rank_for(rank: Any, ranks: list[int]) -> Any:
     """What a trial is read with: the chosen rank when the trial has it (or side by side
     when it has several ranks), else None (its only, or lowest, rank)."""
-    if rank == metric_data.SIDE_BY_SIDE:
+    if rank == EVERY_RANK:
         return rank if len(ranks) > 1 else None
     return rank if rank in ranks else None
 

@@ -9,8 +9,12 @@ from dash import dcc, html
 
 from comgra_like.vocabulary import ANY_TYPE
 
-from ... import metric_data
 from ... import metric_figures as mfig
+from ...controls.rank_selector import (
+    EACH_RANK,
+    EVERY_RANK,
+    RankSelector,
+)
 from ...figures import empty_figure
 from ..modules import PATH as MODULES_PATH
 from ..tensors import PATH as TENSORS_PATH
@@ -32,7 +36,9 @@ CARDS = "metrics-cards"
 SHOWN = "metrics-shown"         # dcc.Store: the metrics the cards are for
 RANK = "metrics-rank"           # one rank, or every rank side by side
 RANK_BOX = "metrics-rank-box"
-SIDE_BY_SIDE_LABEL = "all ranks side by side"
+#: The rank selector: every rank side by side (``EVERY_RANK``, the default) or one rank.
+RANKS = RankSelector(RANK, RANK_BOX, choices=(EVERY_RANK, EACH_RANK), default=EVERY_RANK,
+                     default_without_ranks=EVERY_RANK)
 SEARCH = "metrics-search"       # words a module's name must hold (-word: must not)
 VIEW = "metrics-view"           # one plot, small multiples by type, or a heatmap
 AUTO, LINES, BY_TYPE, HEATMAP = "auto", "lines", "types", "heatmap"
@@ -79,13 +85,7 @@ def layout() -> html.Div:
                     dcc.Dropdown(id=EXECUTION, options=[], value=ANY_TYPE, clearable=False,
                                  className="sel-dropdown", style={"minWidth": "9rem"},
                                  persistence=True, persistence_type="session"),
-                    html.Span(
-                        [html.Span("ranks", className="sel-label ms-3 me-2"),
-                         dcc.Dropdown(id=RANK, options=[], value=metric_data.SIDE_BY_SIDE,
-                                      clearable=False, className="sel-dropdown",
-                                      style={"minWidth": "13rem"})],
-                        id=RANK_BOX, className="align-items-center",  # no d-flex
-                        style={"display": "none"}),
+                    RANKS.layout(),
                 ],
                 className="d-flex align-items-center flex-wrap mb-1",
             ),

@@ -1,4 +1,4 @@
-"""The histogram panels' pure pieces: the rank choices, which steps and rows a grid
+"""The histogram panels' pure pieces: the rank read, which steps and rows a grid
 shows, the frames by trial and rank."""
 
 from __future__ import annotations
@@ -8,25 +8,15 @@ from typing import Any
 
 from comgra_like.vocabulary import ANY_TYPE
 
-from ... import module_data
 from ... import module_figures as mf
 from ... import selection as sel
-
-
-def rank_options(ranks: list[int]) -> list[dict]:
-    """The rank selector's options: none for one rank, else each rank, every rank side
-    by side and every rank merged."""
-    if len(ranks) <= 1:
-        return []
-    return [*({"label": f"rank {r}", "value": int(r)} for r in ranks),
-            {"label": "all ranks side by side", "value": module_data.SIDE_BY_SIDE},
-            {"label": "all ranks merged", "value": module_data.MERGED}]
+from ...controls.rank_selector import EVERY_RANK, MERGED
 
 
 def rank_for(rank: Any, ranks: list[int]) -> Any:
     """What a trial's histograms are read with: the choice when the trial has it (a
     trial of one rank: its rank), else None (the lowest rank)."""
-    if rank in (module_data.SIDE_BY_SIDE, module_data.MERGED):
+    if rank in (EVERY_RANK, MERGED):
         return rank if len(ranks) > 1 else None
     return rank if rank in ranks else None
 

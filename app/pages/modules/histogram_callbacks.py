@@ -11,10 +11,11 @@ from dash import MATCH, Input, Output, State, html, no_update
 
 from ... import ids, module_data, module_sharing
 from ... import module_figures as mf
+from ...controls.rank_selector import MERGED
 from ...figures import empty_figure
 from ...parts import AppParts
 from ...plot_text import plot_text
-from .grids import panel_grid, per_rank, rank_for, rank_options
+from .grids import panel_grid, per_rank, rank_for
 from .layout import (
     COMPARE,
     EXECUTION,
@@ -25,7 +26,7 @@ from .layout import (
     PANELS,
     PICK,
     RANK,
-    RANK_BOX,
+    RANKS,
     panel,
     panel_id,
 )
@@ -35,25 +36,7 @@ from .level_callbacks import current
 def register_histogram_callbacks(app: dash.Dash, parts: AppParts) -> None:
     data = parts.data
 
-    @app.callback(
-        Output(RANK, "options"),
-        Output(RANK, "value"),
-        Output(RANK_BOX, "style"),
-        Input(ids.SELECTION, "data"),
-        Input(ids.DATA_STATUS, "data"),
-        State(RANK, "value"),
-        State(RANK, "options"),
-    )
-    def rank_choices(selection: dict | None, _status: Any, value: Any,
-                     shown: list | None) -> tuple:
-        trial = current(selection).get("trial")
-        ranks = data.ranks(trial) if trial in data.trial_ids() else []
-        options = rank_options(ranks)
-        values = [o["value"] for o in options]
-        chosen = value if value in values else (values[0] if values else None)
-        style = {"display": "flex" if options else "none"}
-        return (options if options != (shown or []) else no_update,
-                chosen if chosen != value else no_update, style)
+    RANKS.register(app, lambda trial: data.ranks(trial) if trial in data.trial_ids() else [])
 
     @app.callback(Output(PANELS, "children"), Input(PICK, "value"))
     def show_panels(picked: list | None) -> list:
@@ -134,7 +117,7 @@ def register_histogram_callbacks(app: dash.Dash, parts: AppParts) -> None:
         note = module_sharing.panel_note(next(iter(frames.values())), what, role)
         if note:  # a tied parameter: recorded once, shown under every holder
             title += f" · {note}"
-        if rank == module_data.MERGED:
+        if rank == MERGED:
             merged = [f for f in frames.values() if "merge" in f]
             how = ("re-binned" if any((f["merge"] == "rebinned").any() for f in merged)
                    else "exact")

@@ -10,6 +10,7 @@ from dash import dcc, html
 
 from ... import module_figures as mf
 from ... import module_sharing
+from ...controls.rank_selector import EACH_RANK, EVERY_RANK, MERGED, RankSelector
 from ...figures import empty_figure
 
 PATH = "/modules"
@@ -30,8 +31,12 @@ VIEW = "modules-view"  # dcc.Store (session): {"trial", "parent", "picked", "fro
 KEY = "modules-key"
 RANK = "modules-rank"  # one rank, every rank side by side, or merged
 RANK_BOX = "modules-rank-box"
+#: The rank selector: the lowest rank by default, one rank, every rank side by side
+#: (``EVERY_RANK``) or merged (``MERGED``).
+RANKS = RankSelector(RANK, RANK_BOX, choices=(EACH_RANK, EVERY_RANK, MERGED))
 NO_TRIAL = "__none__"  # names starting with "__" are reserved: never a trial id
-SIDE_BY_SIDE = "side"
+#: The trials and gradient groups of a panel (MODE): side by side, or overlaid in one plot.
+PANELS_SIDE_BY_SIDE = "side"
 OVERLAID = "overlay"
 
 #: At most this many histogram panels side by side (a click adds one in front).
@@ -76,9 +81,9 @@ def layout() -> html.Div:
                                  className="sel-dropdown", style={"minWidth": "12rem"},
                                  persistence=True, persistence_type="session"),
                     dcc.RadioItems(id=MODE, options=[
-                        {"label": " side by side", "value": SIDE_BY_SIDE},
+                        {"label": " side by side", "value": PANELS_SIDE_BY_SIDE},
                         {"label": " overlaid", "value": OVERLAID}],
-                        value=SIDE_BY_SIDE, inline=True, className="ms-2",
+                        value=PANELS_SIDE_BY_SIDE, inline=True, className="ms-2",
                         inputClassName="me-1", labelClassName="me-2",
                         persistence=True, persistence_type="session"),
                     html.Span("steps", className="sel-label ms-3 me-2"),
@@ -88,12 +93,7 @@ def layout() -> html.Div:
                     dcc.Checklist(id=LOG, options=[{"label": " log colour", "value": "log"}],
                                   value=[], className="ms-3", inputClassName="me-1",
                                   persistence=True, persistence_type="session"),
-                    html.Span(
-                        [html.Span("ranks", className="sel-label ms-3 me-2"),
-                         dcc.Dropdown(id=RANK, options=[], value=None, clearable=False,
-                                      className="sel-dropdown", style={"minWidth": "13rem"})],
-                        id=RANK_BOX, className="align-items-center",  # no d-flex
-                        style={"display": "none"}),
+                    RANKS.layout(),
                 ],
                 className="d-flex align-items-center flex-wrap mb-2 modules-controls",
             ),

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import dash
-from dash import Input, Output, State, no_update
+from dash import Input
 
 from ... import ids, selectors
 from ...data import AppData
@@ -23,25 +21,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
 def register_rank_selector(app: dash.Dash, data: AppData) -> None:
     """The rank selector follows the selected trial: shown with its ranks when it has
     several, the choice kept while it is one of them."""
-
     # The trial selector, not the selection store, is the input: the values and series
     # callbacks wait for this one whenever it may run (the rank is their input), and
     # the selection callback sends the trial only when it changed. A change of step or
     # statistic then reaches the series in one round trip after the selection's.
-    @app.callback(
-        Output(selectors.RANK_SELECT, "options"),
-        Output(selectors.RANK_SELECT, "value"),
-        Output(selectors.RANK_BOX, "style"),
-        Input(ids.selector("trial"), "value"),
-        Input(ids.DATA_STATUS, "data"),
-        State(selectors.RANK_SELECT, "value"),
-        State(selectors.RANK_SELECT, "options"),
-    )
-    def rank_choices(trial: str | None, _status: Any, value: Any,
-                     shown: list | None) -> tuple:
-        options = selectors.rank_options(data.ranks(trial))
-        chosen = selectors.rank_value(options, value)
-        style = selectors.rank_box_style(options)
-        return (options if options != (shown or []) else no_update,
-                chosen if chosen != value else no_update, style)
-
+    selectors.RANKS.register(app, data.ranks, trial=Input(ids.selector("trial"), "value"))
