@@ -27,6 +27,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .step import Step
 
 
 class Stage(str, enum.Enum):
@@ -77,8 +85,6 @@ class Lifecycle:
     def subscribe(self, listener: StepListener) -> Callable[[], None]:
         """Add ``listener``; returns a function that removes it again."""
         if not isinstance(listener, StepListener):
-            from ..errors import ConfigurationError
-
             raise ConfigurationError(
                 "a lifecycle listener must subclass comgra_like.record.lifecycle."
                 f"StepListener, got {type(listener).__name__}")
@@ -108,3 +114,67 @@ class Lifecycle:
     def finalize(self) -> None:
         for listener in list(self._listeners):
             listener.on_finalize()
+
+
+class LifecycleView:
+    """The recorder's lifecycle, read-only, and its requests (a mixin of
+    ``ComgraRecorder``: it reads the recorder's state)."""
+
+    @property
+    def stage(self) -> Stage:
+        """``Stage.IDLE`` between steps, ``BATCH`` inside a step, ``ITERATION`` inside an
+        iteration."""
+        return self._stage
+
+    @property
+    def is_recording(self) -> bool:
+        """Whether the open training step is being recorded (False between steps)."""
+        return self._recording
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    @property
+    def current_batch_size(self) -> int:
+        """The batch size given to ``start_batch()`` of the recorded step (0 otherwise)."""
+        return self._batch_size if self._recording else 0
+
+    @property
+    def recorded_steps(self) -> int:
+        """How many training steps were recorded and sent so far."""
+        return self._recorded_steps
+
+    @property
+    def current_step(self) -> Step | None:
+        """The open recorded step (``record.step.Step``), None when none is recorded."""
+        return self._step
+
+    def tracked_name(self, module: torch.nn.Module) -> str | None:
+        """The full name ``module`` is tracked under, None when it is not tracked."""
+        return self._modules.get(id(module))
+
+    def subscribe(self, listener: StepListener):
+        """Call ``listener``'s ``on_step_start``, ``on_step_end``, ``on_step_dropped`` and
+        ``on_finalize`` (record/lifecycle.py); returns a function that unsubscribes it."""
+        return self._lifecycle.subscribe(listener)
+
+    def request_recording(self, steps: int) -> None:
+        """Record the next ``steps`` training steps (of a known type of execution)
+        whatever the decision maker says: the flight recorder after a trigger, a callback
+        that wants the next steps in full. Requests add up."""
+        if type(steps) is not int or steps < 0:
+            raise ConfigurationError(
+                f"request_recording(steps) needs a non-negative int, got {steps!r}")
+        self._requested += steps
+
+    def take_requested_recording(self) -> bool:
+        """For a driver that decides steps itself (``watch()``): True, and one request
+        fewer, when a step was requested by ``request_recording``."""
+        if self._requested > 0:
+            self._requested -= 1
+            return True
+        return False
+
+    def _event(self) -> StepEvent:
+        return StepEvent(self.training_step, self.type_of_execution, self._recording)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import numbers
 import platform
-import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -27,47 +26,49 @@ from ..errors import (
     ConfigurationError,
     RecordingDecisionError,
     RegistrationError,
-    StorageError,
     TrainingStepError,
 )
 from ..format.files import files_for, is_object_store
-from ..format.layout import NOTES_DIR, TABLES, TrialLayout, shard_rank, trial_lock
+from ..format.layout import TrialLayout
 from ..format.schema import (
-    MAX_TRIAL_ID_LENGTH,
     SCHEMA_VERSION,
-    TRIAL_ID_PATTERN,
-    TYPE_OF_EXECUTION_PATTERN,
 )
-from ..format.trial import replace_object_trial
 from ..format.trial_config import flatten_config
 from ..objects import DecisionMakerForRecordings
 from ..transport.client import WriterClient
-from ..transport.lock import TrialLock
 from ..vocabulary import (
-    ANY_TYPE,
-    DEFAULT_TYPE_OF_EXECUTION,
     FORWARD,
-    PARAMETER,
     RUNNING,
-    UPDATE,
-    gradient_type,
 )
 from .capture import Capturer
 from .flow import protect_retained
 from .graph import GraphExtractor
 from .kpi import KpiBuffer
-from .lifecycle import Lifecycle, Stage, StepEvent, StepListener
+from .lifecycle import Lifecycle, LifecycleView, Stage, StepEvent
 from .metric_collect import Collector
 from .metric_config import resolve_config
 from .ranks import detect as rank_detection
 from .ranks import recording_ranks
-from .step import Parameter, SignatureTable, Step, check_registration
+from .recorder_checks import (
+    INT64_MAX,
+    INT64_MIN_ABS,
+    as_step,
+    categories_of,
+    check_arguments,
+    check_type_of_execution,
+    round_robin,
+)
+from .recorder_kpis import KpiCalls
+from .recorder_output import WriterCalls
+from .recorder_tensors import TensorCalls
+from .step import Parameter, SignatureTable, Step
+from .trial_folder import prepare_trial
 
 log = logging.getLogger("comgra_like")
 
 
 
-class ComgraRecorder:
+class ComgraRecorder(LifecycleView, TensorCalls, KpiCalls, WriterCalls):
     """Records named tensors, gradients, parameter updates and the dependency graph."""
 
     def __init__(
@@ -119,35 +120,8 @@ class ComgraRecorder:
         self._metrics: list = []  # the per-module metrics' collectors (track_module)
         if not self.comgra_is_active:
             return
-        if not isinstance(decision_maker_for_recordings, DecisionMakerForRecordings):
-            raise ConfigurationError(
-                "decision_maker_for_recordings must be a decision maker from comgra_like.objects "
-                "(e.g. DecisionMakerForRecordingsFrequencyPerType(10)), got "
-                f"{decision_maker_for_recordings!r}"
-            )
-        if max_num_batch_size_to_record is not None and (
-            not isinstance(max_num_batch_size_to_record, int)
-            or isinstance(max_num_batch_size_to_record, bool) or max_num_batch_size_to_record < 0
-        ):
-            raise ConfigurationError(
-                "max_num_batch_size_to_record must be None (all samples), 0 (batch statistics "
-                "only, no per-sample rows) or a positive integer, got "
-                f"{max_num_batch_size_to_record!r}"
-            )
-        trial_id = str(trial_id)
-        if not TRIAL_ID_PATTERN.match(trial_id):
-            raise ConfigurationError(
-                f"trial_id {trial_id!r} is not a valid trial id: use 1 to "
-                f"{MAX_TRIAL_ID_LENGTH} letters, digits, '.', '_' and '-', not starting with "
-                "'.' (e.g. 'run-3' or 'lr_0.01')"
-            )
-        group = str(group)
-        if (not group or group in (".", "..") or "/" in group or "\\" in group
-                or any(c in group for c in "\n\r\0")):
-            raise ConfigurationError(
-                f"group {group!r} must be one folder name (no path separators, no line "
-                "breaks); put the parent folders into comgra_root_path"
-            )
+        trial_id, group = check_arguments(decision_maker_for_recordings,
+                                          max_num_batch_size_to_record, trial_id, group)
         where = rank_detection()
         self.rank, self.world_size = where.rank, where.world_size
         self.recording_ranks = recording_ranks(ranks, where.world_size)
@@ -165,10 +139,8 @@ class ComgraRecorder:
         self.trial_path = TrialLayout.of(self.group_path, trial_id).root
         if is_object_store(self.trial_path):  # here, not in the writer after training began
             files_for(self.trial_path).require_bucket(self.trial_path)
-        if where.distributed:
-            lock = _prepare_rank_files(self.trial_path, self.rank, lead, self.recording_ranks)
-        else:
-            lock = _prepare_trial_folder(self.trial_path)
+        lock = prepare_trial(self.trial_path, self.rank if where.distributed else None,
+                             lead, self.recording_ranks)
         self._created = time.time()
         self._settings = {
             "max_num_batch_size_to_record": max_num_batch_size_to_record,
@@ -324,65 +296,6 @@ class ComgraRecorder:
 
     # ----- the lifecycle, read-only (record/lifecycle.py) ---------------------------------
 
-    @property
-    def stage(self) -> Stage:
-        """``Stage.IDLE`` between steps, ``BATCH`` inside a step, ``ITERATION`` inside an
-        iteration."""
-        return self._stage
-
-    @property
-    def is_recording(self) -> bool:
-        """Whether the open training step is being recorded (False between steps)."""
-        return self._recording
-
-    @property
-    def finalized(self) -> bool:
-        return self._finalized
-
-    @property
-    def current_batch_size(self) -> int:
-        """The batch size given to ``start_batch()`` of the recorded step (0 otherwise)."""
-        return self._batch_size if self._recording else 0
-
-    @property
-    def recorded_steps(self) -> int:
-        """How many training steps were recorded and sent so far."""
-        return self._recorded_steps
-
-    @property
-    def current_step(self) -> Step | None:
-        """The open recorded step (``record.step.Step``), None when none is recorded."""
-        return self._step
-
-    def tracked_name(self, module: torch.nn.Module) -> str | None:
-        """The full name ``module`` is tracked under, None when it is not tracked."""
-        return self._modules.get(id(module))
-
-    def subscribe(self, listener: StepListener):
-        """Call ``listener``'s ``on_step_start``, ``on_step_end``, ``on_step_dropped`` and
-        ``on_finalize`` (record/lifecycle.py); returns a function that unsubscribes it."""
-        return self._lifecycle.subscribe(listener)
-
-    def request_recording(self, steps: int) -> None:
-        """Record the next ``steps`` training steps (of a known type of execution)
-        whatever the decision maker says: the flight recorder after a trigger, a callback
-        that wants the next steps in full. Requests add up."""
-        if type(steps) is not int or steps < 0:
-            raise ConfigurationError(
-                f"request_recording(steps) needs a non-negative int, got {steps!r}")
-        self._requested += steps
-
-    def take_requested_recording(self) -> bool:
-        """For a driver that decides steps itself (``watch()``): True, and one request
-        fewer, when a step was requested by ``request_recording``."""
-        if self._requested > 0:
-            self._requested -= 1
-            return True
-        return False
-
-    def _event(self) -> StepEvent:
-        return StepEvent(self.training_step, self.type_of_execution, self._recording)
-
     def start_batch(
         self,
         training_step: int,
@@ -401,15 +314,15 @@ class ComgraRecorder:
             )
         if self._finalized:
             raise CallOrderError("start_batch() called after finalize()")
-        if type(training_step) is not int or not -_INT64_MIN_ABS <= training_step <= _INT64_MAX:
-            training_step = _as_step(training_step, "start_batch(training_step=...)")
+        if type(training_step) is not int or not -INT64_MIN_ABS <= training_step <= INT64_MAX:
+            training_step = as_step(training_step, "start_batch(training_step=...)")
         if self.training_step is not None and not training_step > self.training_step:
             raise TrainingStepError(
                 f"training_step must strictly increase: got {training_step} after "
                 f"{self.training_step}"
             )
         if type_of_execution is not None and type_of_execution not in self._valid_types:
-            self._check_type_of_execution(type_of_execution)
+            check_type_of_execution(type_of_execution)
             self._valid_types.add(type_of_execution)
         if override__recording_is_active is not None:
             record = bool(override__recording_is_active)
@@ -498,20 +411,6 @@ class ComgraRecorder:
                 key, Step.of_parameters(self._params, self._signatures))
         return template[1].copy(training_step)
 
-    @staticmethod
-    def _check_type_of_execution(type_of_execution) -> None:
-        if not isinstance(type_of_execution, str) or not TYPE_OF_EXECUTION_PATTERN.match(
-            type_of_execution
-        ):
-            raise ConfigurationError(
-                f"type_of_execution {type_of_execution!r} may only contain letters, digits, "
-                "'_' and '-'"
-            )
-        if type_of_execution == ANY_TYPE or type_of_execution.startswith("__"):
-            raise ConfigurationError(
-                f"type_of_execution {type_of_execution!r} is reserved for the GUI; choose another"
-            )
-
     def start_iteration(self) -> None:
         """Start the next iteration (forward pass) of the current batch."""
         if not self.comgra_is_active:
@@ -523,118 +422,6 @@ class ComgraRecorder:
             )
         self._stage = Stage.ITERATION
         self.iteration = 0 if self.iteration is None else self.iteration + 1
-
-    def register_tensor(
-        self,
-        tensor_name: str,
-        tensor: torch.Tensor,
-        index_of_batch_dimension: int | None = 0,
-        is_input: bool = False,
-        is_parameter: bool = False,
-        is_target: bool = False,
-        is_loss: bool = False,
-        recording_type: str | None = None,
-        record_per_batch_index: bool | None = None,
-        node_name: str | None = None,
-        role_within_node: str | None = None,
-        is_initial_value: bool = False,
-    ) -> None:
-        """Register a tensor to record; call it right after the tensor is created."""
-        if not self._recording:
-            if self.comgra_is_active and self._stage == "idle":
-                raise CallOrderError(
-                    f"register_tensor({tensor_name!r}) called outside a batch: call "
-                    "start_batch() first"
-                )
-            if self._flight is not None and self._stage != "idle":
-                self._flight.observe_tensor(tensor_name, tensor, node_name,
-                                            _flight_kind(is_input, is_target, is_loss,
-                                                         is_parameter))
-            return
-        if record_per_batch_index and self.max_num_batch_size_to_record == 0:
-            raise RegistrationError(
-                f"register_tensor({tensor_name!r}, record_per_batch_index=True): this recorder "
-                "was made with max_num_batch_size_to_record=0, so it records no samples, only "
-                "batch statistics. Drop record_per_batch_index=True, or pass "
-                "max_num_batch_size_to_record=N (N > 0 samples) or None (all) to ComgraRecorder"
-            )
-        args = check_registration(
-            tensor_name, tensor, index_of_batch_dimension=index_of_batch_dimension,
-            is_input=is_input, is_parameter=is_parameter, is_target=is_target, is_loss=is_loss,
-            storage=recording_type, record_per_batch_index=record_per_batch_index,
-            node_name=node_name, role_within_node=role_within_node,
-            is_initial_value=is_initial_value, stage=self._stage, iteration=self.iteration,
-            batch_size=self._batch_size, record_by_default=self._record_by_default)
-        self._step.register(tensor_name, tensor, args)
-        if self._flight is not None:
-            self._flight.observe_tensor(tensor_name, tensor, node_name, _flight_kind(
-                is_input, is_target, is_loss, is_parameter))
-
-    def register_sample_ids(self, ids) -> None:
-        """The ids of this step's samples (a list or a 1-D tensor), kept by the flight
-        recorder on every step and written with a triggered window (docs/FLIGHT.md)."""
-        if self._flight is not None and self._stage != "idle":
-            self._flight.register_sample_ids(ids)
-
-    # ----- connections --------------------------------------------------------------------
-
-    def add_tensor_connection(self, src, sink) -> None:
-        """Add a graph edge from ``src`` to ``sink`` where autograd has none."""
-        if not self._recording:
-            return
-        self._step.connect(src, sink)
-
-    def detach_while_keeping_connection(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor.detach()``, but still connected to ``tensor`` in the dependency graph."""
-        if not isinstance(tensor, torch.Tensor):
-            raise RegistrationError(
-                "detach_while_keeping_connection() needs a torch.Tensor, got "
-                f"{type(tensor).__name__}; pass the tensor whose detached copy you need"
-            )
-        res = tensor.detach()
-        if self._recording:
-            self._step.connect(tensor, res, "detach_while_keeping_connection")
-        return res
-
-    # ----- gradients and the end of an iteration / batch ---------------------------------
-
-    def record_current_gradients(
-        self, name_of_loss_group: str, set_gradients_to_zero_if_not_a_parameter: bool = False
-    ) -> None:
-        """Store the current ``.grad`` of every registered tensor under this loss group."""
-        if self._flight is not None and self._stage != "idle":
-            self._flight.observe_parameter_gradients(self._params)
-        if not self._recording:
-            return
-        if not self._decided:
-            raise RecordingDecisionError(
-                "record_current_gradients() was called in a batch started with "
-                "type_of_execution=None before decide_recording_of_batch(); decide first"
-            )
-        name = str(name_of_loss_group)
-        if not name or ":" in name:
-            raise ConfigurationError(
-                f"name_of_loss_group {name!r} must be non-empty and contain no ':'"
-            )
-        step = self._step
-        if name in step.gradient_groups:
-            raise RegistrationError(
-                f"gradients of loss group {name!r} were recorded already in step "
-                f"{self.training_step}; use a different name for each call in one batch"
-            )
-        regs, grads = step.gradients(name)
-        if not regs and not self._warned_no_gradients:
-            self._warned_no_gradients = True
-            log.warning(
-                "comgra_like: record_current_gradients(%r) in step %s found no gradient on any "
-                "registered tensor; call it after loss.backward() (this warning is shown once)",
-                name, self.training_step)
-        step.gradient_groups.add(name)
-        self._capturer.capture(step, self._batch_size, regs, grads, gradient_type(name))
-        if set_gradients_to_zero_if_not_a_parameter:
-            for reg in regs:
-                if reg.kind != PARAMETER:
-                    reg.tensor.grad = None
 
     def finish_iteration(self) -> None:
         """End the current iteration; its dependency graph is extracted now."""
@@ -665,27 +452,10 @@ class ComgraRecorder:
                 f"type_of_execution=None; this one has {self.type_of_execution!r}"
             )
         if type_of_execution is not None:
-            self._check_type_of_execution(type_of_execution)
+            check_type_of_execution(type_of_execution)
         cats = None
         if self._recording and type_of_execution is not None and category_per_sample is not None:
-            if isinstance(category_per_sample, (str, bytes)):
-                raise RecordingDecisionError(
-                    "category_per_sample must hold one category per sample (a list or a "
-                    f"tensor), got the string {category_per_sample!r}"
-                )
-            try:
-                cats = [str(c) for c in (category_per_sample.tolist() if hasattr(
-                    category_per_sample, "tolist") else category_per_sample)]
-            except TypeError:
-                raise RecordingDecisionError(
-                    "category_per_sample must hold one category per sample (a list or a "
-                    f"tensor), got {type(category_per_sample).__name__}"
-                ) from None
-            if len(cats) != self._batch_size:
-                raise RecordingDecisionError(
-                    f"category_per_sample has {len(cats)} entries but the batch has "
-                    f"{self._batch_size} samples"
-                )
+            cats = categories_of(category_per_sample, self._batch_size)
         # Checked: from here on the call cannot fail.
         self._decision_called = True
         if not self._recording:
@@ -700,7 +470,7 @@ class ComgraRecorder:
             return
         if cats is not None:
             k = len(self._sample_indices)
-            self._sample_indices, self._sample_categories = _round_robin(cats, k)
+            self._sample_indices, self._sample_categories = round_robin(cats, k)
         for args in self._step.pending_kpis:
             self._offer_kpi(*args)
         self._step.pending_kpis.clear()
@@ -792,308 +562,6 @@ class ComgraRecorder:
 
     # ----- the writer -----------------------------------------------------------------
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Block until everything sent to the writer so far (recorded steps, KPIs, notes,
-        ...) is on disk, in shards a reader sees. ``timeout``: seconds to wait at most
-        (a StorageError then). A failure of the writer is raised here as StorageError."""
-        if not self.comgra_is_active or self._finalized:
-            return
-        self._submit_kpis()
-        for collector in self._metrics:
-            collector.flush()
-        self._writer.flush(timeout)
-        if self._flight is not None:  # a GPU's last step is judged now (may raise on purpose)
-            self._flight.settle()
-
-    def drain(self) -> None:
-        """Block until the writer has taken in every recorded step sent so far (their
-        shared memory is free again); the rows may still wait in the writer for their
-        shard (``flush`` writes them). Benchmarks use it to measure the writer's work."""
-        if not self.comgra_is_active or self._finalized:
-            return
-        self._writer.drain()
-
-    @property
-    def writer(self):
-        """The connection to this recorder's writer (``comgra_like.transport.client``),
-        None when the recorder is inactive. Its public part: ``mode`` ("process" or
-        "thread"), ``pid`` (the writer process, None in a thread), ``flush_seconds``
-        (settable: how old buffered rows may get before they are written, default 1),
-        ``flush(timeout=None)``, ``drain()`` and ``close()`` (write everything and end the
-        writer without finalizing: the trial stays uncompacted and "running")."""
-        return getattr(self, "_writer", None)
-
-    def finalize(self) -> None:
-        """Write everything still buffered, compact the trial and mark it finished."""
-        if not self.comgra_is_active or self._finalized:
-            return
-        if self._stage != "idle":
-            log.warning(
-                "comgra_like: finalize() was called inside step %s (finish_batch() was not "
-                "called), so that step is not recorded; call finish_batch() before finalize()",
-                self.training_step)
-            self._drop_step()
-            self._stage = Stage.IDLE
-            if self._lifecycle:
-                self._lifecycle.step_dropped(self._event())
-        self._finalized = True
-        if self._lifecycle:
-            try:
-                self._lifecycle.finalize()
-            except BaseException:
-                self._finalize_writer()
-                raise
-        flight, self._flight = self._flight, None
-        try:
-            if flight is not None:  # a GPU's last step is judged now (may raise on purpose)
-                flight.settle()
-        finally:
-            self._finalize_writer()
-
-    def _finalize_writer(self) -> None:
-        for collector in self._metrics:  # the last step's metrics, then no more hooks
-            collector.close()
-        self._metrics = []
-        # A script that keeps its finished recorders (to report on them, or in a global
-        # until the next model replaces it) must not keep the models' tensors alive.
-        self._params = []
-        self._param_template = None
-        self._submit_kpis()
-        self._writer.close(finish=True)  # compacts the trial and marks it finished
-
     # ----- KPIs ---------------------------------------------------------------------------
 
-    def record_kpi_in_graph(self, kpi_group, kpi_name, val, timepoint=None,
-                            record_even_if_recording_is_inactive=False) -> None:
-        """A point of a KPI curve (Graphs page), stored densely early and sparser later."""
-        if not self.comgra_is_active:
-            return
-        if (self._flight is not None and self._stage != "idle"
-                and isinstance(val, (numbers.Real, torch.Tensor)) and not isinstance(val, bool)):
-            self._flight.observe_kpi(kpi_group, kpi_name, val)
-        if not self._recording and not record_even_if_recording_is_inactive:
-            return
-        if self._finalized:
-            raise CallOrderError(
-                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}) was called after finalize(): "
-                "the trial is finished; record KPIs before finalize()"
-            )
-        if isinstance(val, torch.Tensor):
-            if val.numel() != 1:
-                raise ConfigurationError(
-                    f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): the value must be a "
-                    f"number or a one-element tensor, got shape {tuple(val.shape)}"
-                )
-            val = val.item()
-        elif isinstance(val, (str, bytes)):
-            # float() would parse it; comgra refuses it, and a number was meant
-            raise ConfigurationError(
-                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is not a "
-                "number but a string; pass the number itself (a float, an int, a numpy scalar "
-                "or a one-element tensor)"
-            )
-        elif getattr(val, "ndim", 0) and getattr(val, "size", 0) == 1:
-            val = val.item()  # a one-element numpy array, like a one-element tensor
-        try:
-            val = float(val)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigurationError(
-                f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}): value {val!r} is not a number"
-            ) from None
-        if timepoint is None:
-            if self.training_step is None:
-                raise CallOrderError(
-                    "record_kpi_in_graph() without a timepoint needs a training step: call "
-                    "start_batch() first or pass timepoint="
-                )
-            timepoint = self.training_step
-        elif type(timepoint) is not int or not -_INT64_MIN_ABS <= timepoint <= _INT64_MAX:
-            timepoint = _as_step(timepoint, f"record_kpi_in_graph({kpi_group!r}, {kpi_name!r}, "
-                                            "timepoint=...)")
-        args = (str(kpi_group), str(kpi_name), timepoint, val)
-        if self._recording and not self._decided:
-            self._step.pending_kpis.append(args)
-        else:
-            self._offer_kpi(*args)
-
-    def _offer_kpi(self, group, name, timepoint, val) -> None:
-        self._kpis.offer(group, name, self.type_of_execution or DEFAULT_TYPE_OF_EXECUTION,
-                         timepoint, val)
-
-    def _submit_kpis(self) -> None:
-        if self._kpis.rows:
-            self._writer.submit_kpis(self._kpis.take())
-
     # ----- graph structures and sending a recorded step -----------------------------------
-
-    def _write_graph(self, digest: str, structure: dict) -> None:
-        """A graph structure seen for the first time in this trial: the writer stores it."""
-        self._writer.submit_graph(digest, structure)
-
-    def _send_step(self) -> None:
-        """Copy the forward values and the updated parameters, and send the step.
-
-        Forward values are copied now (training code may reuse its buffers), gradients were
-        copied when recorded, parameters at start_batch; the parameters after the
-        optimizer step are copied too, and the writer subtracts. Statistics, singular
-        values and Arrow tables are the writer process's work.
-        """
-        step = self._step
-        regs = [reg for reg in step.regs if reg.alias_of is None]
-        self._capturer.capture(step, self._batch_size, regs,
-                               [reg.tensor if reg.values is None else reg.values for reg in regs],
-                               [UPDATE if reg.param_index >= 0 else FORWARD for reg in regs])
-        body = self._capturer.message(step, self.type_of_execution, self._sample_indices,
-                                      self._sample_categories, self._batch_size)
-        slot, step.slot = step.slot, None
-        self._writer.submit_batch(slot, body)
-        if self._kpis.rows:
-            self._submit_kpis()
-
-
-def _flight_kind(is_input: bool, is_target: bool, is_loss: bool, is_parameter: bool) -> str:
-    """A registered tensor's kind, as the flight recorder names it."""
-    return ("loss" if is_loss else "input" if is_input else "target" if is_target
-            else "parameter" if is_parameter else "calculated")
-
-
-def _round_robin(categories: list[str], k: int) -> tuple[list[int], list[str]]:
-    """Pick up to ``k`` sample indices, cycling over the categories in order of appearance."""
-    queues: dict[str, list[int]] = {}
-    for i, c in enumerate(categories):
-        queues.setdefault(c, []).append(i)
-    picked: list[int] = []
-    pos = dict.fromkeys(queues, 0)
-    while len(picked) < k and any(pos[c] < len(q) for c, q in queues.items()):
-        for c, q in queues.items():
-            if pos[c] < len(q) and len(picked) < k:
-                picked.append(q[pos[c]])
-                pos[c] += 1
-    order = sorted(picked)
-    return order, [categories[i] for i in order]
-
-
-def _prepare_trial_folder(trial_path: Path) -> TrialLock:
-    """Lock the trial and make room for its folder (the writer creates it): delete an
-    earlier recording of the same trial. Returns the lock (docs/FORMAT.md).
-
-    A trial another recorder holds is refused before anything is deleted. Replacing
-    deletes nothing but that trial's own folder: the resolved path must sit directly in
-    the group's ``trials`` folder, and a symbolic link is refused rather than followed.
-    Folders that cannot be made give a StorageError that names them.
-    """
-    if is_object_store(trial_path):  # s3://: no folders, no lock file (format/trial.py)
-        replace_object_trial(trial_path)
-        return TrialLock(None, trial_lock(trial_path.parent.parent, trial_path.name))
-    trials = trial_path.parent
-    try:
-        trials.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StorageError(
-            f"cannot create the folder {trials} for the recording ({type(e).__name__}: "
-            f"{e.strerror or e}); check that comgra_root_path is a folder (not a file) you can "
-            "write to"
-        ) from None
-    lock = TrialLock.take(trial_path.parent.parent, trial_path.name)
-    try:
-        if trial_path.is_symlink():
-            raise StorageError(
-                f"{trial_path} is a symbolic link; a recording replaces its trial folder and "
-                "will not delete what a link points to. Remove the link or choose another "
-                "trial_id"
-            )
-        if trial_path.exists():
-            if trial_path.resolve().parent != trials.resolve() or not trial_path.is_dir():
-                raise StorageError(
-                    f"{trial_path} exists and is not a trial folder inside {trials}; remove it "
-                    "or choose another trial_id"
-                )
-            log.warning("comgra_like: replacing the existing recording %s", trial_path)
-            try:
-                shutil.rmtree(trial_path)
-            except OSError as e:
-                raise StorageError(
-                    f"cannot delete the earlier recording {trial_path} to replace it ({e}); "
-                    "delete it by hand or choose another trial_id"
-                ) from None
-    except BaseException:
-        lock.release()
-        raise
-    return lock
-
-
-def _prepare_rank_files(trial_path: Path, rank: int, lead: bool,
-                        recording: tuple[int, ...]) -> TrialLock:
-    """The ``_prepare_trial_folder`` of one rank of a distributed job: lock the trial's
-    rank and delete what an earlier recording of the same trial left of this rank.
-
-    No rank deletes what another recording rank writes, so the ranks need not wait for
-    each other: each deletes its own shards; the lead (the lowest recording rank) also
-    deletes the files it writes alone (trial.json, modules.json, watch.json) and the
-    shards of ranks that do not record this time. Graph files are content-addressed
-    (every rank would write the same bytes under the same name) and stay. On an object
-    store there is no lock: one job per trial is the user's part there.
-    """
-    trials = trial_path.parent
-    if is_object_store(trial_path):
-        lock = TrialLock(None, trial_lock(trials.parent, trial_path.name, rank))
-    else:
-        try:
-            trials.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StorageError(
-                f"cannot create the folder {trials} for the recording ({type(e).__name__}: "
-                f"{e.strerror or e}); check that comgra_root_path is a folder you can write to"
-            ) from None
-        lock = TrialLock.take(trials.parent, trial_path.name, rank)
-    try:
-        if not is_object_store(trial_path) and (
-                trial_path.is_symlink() or (trial_path.exists() and not trial_path.is_dir())):
-            raise StorageError(
-                f"{trial_path} is a symbolic link or no folder; a recording replaces the "
-                "files of its trial there. Remove it or choose another trial_id")
-        files = files_for(trial_path)
-        layout = TrialLayout(trial_path)
-        stale = []
-        for table in (*TABLES, NOTES_DIR):
-            folder = layout.table(table)
-            for name in files.list(folder):
-                owner = shard_rank(name)
-                if owner == rank or (lead and owner is not None and owner not in recording):
-                    stale.append(folder / name)
-        if lead:
-            stale += [p for p in (layout.trial_json, layout.modules_json, layout.watch_json,
-                                  layout.legacy_notes) if files.exists(p)]
-        if stale:
-            log.warning("comgra_like: rank %d replaces its files of the existing recording %s",
-                        rank, trial_path)
-        for path in stale:
-            try:
-                files.remove(path)
-            except OSError as e:
-                raise StorageError(
-                    f"cannot delete {path} of an earlier recording to replace it ({e}); "
-                    "delete the trial folder by hand or choose another trial_id") from None
-    except BaseException:
-        lock.release()
-        raise
-    return lock
-
-
-_INT64_MAX = 2**63 - 1
-_INT64_MIN_ABS = 2**63
-
-
-def _as_step(value, what: str) -> int:
-    """An int64 training step or timepoint; a ConfigurationError that names ``value`` else."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)
-        if -_INT64_MIN_ABS <= value <= _INT64_MAX:
-            return value
-        raise ConfigurationError(
-            f"{what}: {value} does not fit into a 64-bit integer; count steps from 0"
-        )
-    raise ConfigurationError(
-        f"{what}: expected an integer, got {value!r} ({type(value).__name__}); pass the "
-        "number of the training step as an int"
-    )
