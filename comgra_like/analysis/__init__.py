@@ -14,6 +14,8 @@ shared by all detectors through :class:`TrialData`):
 - ``outputs``       outputs that cannot reach one end of their targets' range
 - ``flight``        the flight recorder's triggers with their origin (the first
                     non-finite tensor; the tensors that moved first before a spike)
+- ``optimizer``     the optimizer's state (``watch(optimizer=)``): updates dominated by
+                    Adam's eps, a second moment that collapses, updates too large
 
 ``comgra findings --path GROUP`` (``cli.py``) prints them. ``first_divergence``
 (``divergence.py``, ``comgra diff``) compares two trials or two ranks instead. Needs numpy and pandas
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..query import Group, open_group
-from . import correlations, flight, gradients, losses, nonfinite, outputs, units
+from . import correlations, flight, gradients, losses, nonfinite, optimizer, outputs, units
 from .core import (
     ERROR,
     INFO,
@@ -50,6 +52,7 @@ DETECTORS: dict[str, Detector] = {
     "correlations": correlations.detect,
     "outputs": outputs.detect,
     "flight": flight.detect,
+    "optimizer": optimizer.detect,
 }
 
 

@@ -12,8 +12,10 @@ keep these two moments): with ``t`` the state's ``step`` after the update and
 - ``exp_avg_*`` / ``exp_avg_sq_*``: mean, std (population, ddof 0), abs max, L2 norm;
 - ``step_size_*``: ``lr / (sqrt(v_hat) + eps)`` per element (Adam's per-element learning
   rate; the first moment's correction ``1 / (1 - beta1**t)`` is not in it): mean, min, max;
-- ``eps_dominated``: the share of elements with ``sqrt(v_hat) < eps`` (eps is the larger
-  term of the denominator: the update of those elements is set by eps, not the gradient).
+- ``eps_dominated``: among the elements with ``v > 0`` (an element that never had a
+  gradient is not updated by Adam's term at all), the share with ``sqrt(v_hat) < eps``:
+  eps is the larger term of the denominator, so their update is set by eps rather than
+  the gradient's scale (NaN when no element has ``v > 0``).
 
 SGD with momentum (``momentum_buffer``): ``momentum_*`` mean, std, abs max, L2 norm.
 """
@@ -75,7 +77,11 @@ def adam_statistics(group: dict, state: dict) -> dict[str, torch.Tensor]:
     out["step_size_mean"] = step_size.mean()
     out["step_size_min"] = step_size.min()
     out["step_size_max"] = step_size.max()
-    out["eps_dominated"] = (root < eps).to(torch.float64).mean()
+    seen = v > 0
+    count = seen.sum()
+    dominated = (seen & (root < eps)).sum()
+    out["eps_dominated"] = torch.where(count > 0, dominated.to(torch.float64) / count,
+                                       torch.full_like(out["step_size_mean"], math.nan))
     return out
 
 

@@ -66,7 +66,7 @@ def _expected(cap, step, pid, group):
         size = group["lr"] / (np.sqrt(vhat) + group["eps"])
         out.update(step_size_mean=size.mean(), step_size_min=size.min(),
                    step_size_max=size.max(),
-                   eps_dominated=float((np.sqrt(vhat) < group["eps"]).mean()))
+                   eps_dominated=float((np.sqrt(vhat) < group["eps"])[v > 0].mean()))
     if "momentum_buffer" in state:
         out.update(_stats("momentum", state["momentum_buffer"].numpy()))
     return out
