@@ -42,50 +42,78 @@ __all__ = [
     "DecisionMakerForRecordingsHardcoded",
     "FlightRecorder",
     "FlightTriggerError",
+    "FlowChain",
     "GraphError",
     "Monitor",
     "NotFoundError",
     "RecordingDecisionError",
     "RegistrationError",
+    "Stage",
+    "StepEvent",
+    "StepListener",
     "StorageError",
     "TrainingStepError",
     "UnsafePickleError",
+    "any_rank",
     "attach",
     "compact_trial",
+    "find",
+    "first_divergence",
+    "import_flow_info",
     "my_recorder",
     "open_group",
+    "request_rows",
+    "serve",
     "show",
+    "submit_input",
     "watch",
+    "write_flows",
 ]
 
 
+# The public face: every name a user needs, imported when first used (torch stays out of
+# `import comgra_like`). Internal folders (record/, format/, writer/, transport/, probe/,
+# protocol/) may move; these names and the public modules (comgra_like.recorder,
+# .objects, .errors, .query, .query.spark, .analysis, .integrations.lightning,
+# .integrations.huggingface) stay. tests/test_public_face.py checks that the README and
+# docs/ import only from them.
+_LAZY = {
+    "ComgraRecorder": ("record.recorder", "ComgraRecorder"),
+    "FlightRecorder": ("record.flight", "FlightRecorder"),  # the armed ring (issue 30)
+    "Monitor": ("integrations.taiyi", "Monitor"),  # Taiyi's entry point
+    "open_group": ("query", "open_group"),
+    "watch": ("record.watching", "watch"),
+    "attach": ("record.watching", "attach"),
+    "show": ("notebook", "show"),  # the GUI in a notebook: a background `comgra`
+    "compact_trial": ("writer.compaction", "compact_trial"),
+    # the recorder's lifecycle, for drivers of its steps (record/lifecycle.py)
+    "StepListener": ("record.lifecycle", "StepListener"),
+    "StepEvent": ("record.lifecycle", "StepEvent"),
+    "Stage": ("record.lifecycle", "Stage"),
+    # gradient flow and the probe loop (docs/FLOW.md)
+    "FlowChain": ("record.flow", "FlowChain"),
+    "write_flows": ("record.flow", "write_flows"),
+    "serve": ("probe", "serve"),
+    "submit_input": ("format.flows", "submit_input"),
+    "request_rows": ("format.flow_requests", "request_rows"),
+    "import_flow_info": ("format.vnittest", "import_flow_info"),
+    # distributed recording (docs/DISTRIBUTED.md)
+    "any_rank": ("record.ranks", "any_rank"),
+    # findings and comparison
+    "find": ("analysis", "find"),
+    "first_divergence": ("analysis", "first_divergence"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "ComgraRecorder":
-        from .record.recorder import ComgraRecorder
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'comgra_like' has no attribute {name!r}")
+    import importlib
 
-        return ComgraRecorder
-    if name == "FlightRecorder":  # issue 30: the armed ring of every step's statistics
-        from .record.flight import FlightRecorder
+    module, attribute = target
+    return getattr(importlib.import_module(f".{module}", __name__), attribute)
 
-        return FlightRecorder
-    if name == "Monitor":  # Taiyi's entry point (per-module metrics)
-        from .integrations.taiyi import Monitor
 
-        return Monitor
-    if name == "open_group":
-        from .query import open_group
-
-        return open_group
-    if name in ("watch", "attach"):
-        from .record import watching as _watch
-
-        return getattr(_watch, name)
-    if name == "show":  # the GUI in a notebook: a background `comgra`, no dash here
-        from .notebook import show
-
-        return show
-    if name == "compact_trial":
-        from .writer.compaction import compact_trial
-
-        return compact_trial
-    raise AttributeError(f"module 'comgra_like' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
