@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import (
     compare,
     findings,
+    flight,
     flow,
     graphs,
     metrics,
@@ -27,6 +28,7 @@ PAGES: tuple[Page, ...] = (
     notes.PAGE,
     graphs.PAGE,
     findings.PAGE,
+    flight.PAGE,
     compare.PAGE,
     modules.PAGE,
     metrics.PAGE,

@@ -7,7 +7,9 @@ trial again. A large group is scanned in the background (app/findings_scan.py): 
 page lists the findings of the trials scanned so far and says how many are left. A
 click on a finding opens the Tensors page at the place it names (trial,
 step, iteration, node, role, recording type, batch aggregation and the statistic of the
-series): ``selection.open_where`` makes the selection, the URL switches the page.
+series): ``selection.open_where`` makes the selection, the URL switches the page. A
+flight recorder finding (kind ``flight_...``) opens the Flight page at its trigger
+instead (``/flight?trial=...&trigger=...``), and its row links there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from comgra_like.analysis import SEVERITIES, severity_rank
 from .. import ids
 from .. import selection as sel
 from ..parts import AppParts
+from .flight import PATH as FLIGHT_PATH
+from .flight import link as flight_link
 from .page import Page
 from .tensors import PATH as TENSORS_PATH
 
@@ -166,6 +170,25 @@ def summary_text(total: Sequence[Mapping[str, Any]], shown: int, trials: int) ->
             f"({', '.join(parts)}) in {trials} trial{'s' if trials != 1 else ''}")
 
 
+def flight_window(finding: Mapping[str, Any]) -> str | None:
+    """The flight window a flight recorder finding is about (None: another finding)."""
+    if not str(finding.get("kind", "")).startswith("flight_"):
+        return None
+    name = (finding.get("numbers") or {}).get("flight_window")
+    return str(name) if name else None
+
+
+def place_of(finding: Mapping[str, Any]) -> dict[str, Any]:
+    """What a click on the finding opens: its ``where`` (the Tensors page), plus the
+    flight window for a flight finding (the Flight page at its trigger)."""
+    place = dict(finding.get("where") or {})
+    window = flight_window(finding)
+    if window is not None:
+        place["flight_window"] = window
+        place.setdefault("trial", finding["trial_id"])
+    return place
+
+
 def findings_table(findings: Sequence[Mapping[str, Any]]) -> html.Div:
     """The list: one clickable row per finding (``finding_id(i)``, i in list order)."""
     if not findings:
@@ -173,6 +196,12 @@ def findings_table(findings: Sequence[Mapping[str, Any]]) -> html.Div:
     rows = []
     for i, f in enumerate(findings[:MAX_LISTED]):
         severity = f["severity"]
+        window = flight_window(f)
+        what: Any = f["explanation"]
+        if window is not None:
+            what = [f["explanation"], " ", dcc.Link(
+                "open the flight window ▸", href=flight_link(f["trial_id"], window),
+                className="finding-flight-link")]
         rows.append(
             html.Tr(
                 [
@@ -181,12 +210,12 @@ def findings_table(findings: Sequence[Mapping[str, Any]]) -> html.Div:
                     html.Td(f["trial_id"], className="finding-trial"),
                     html.Td(steps_text(f.get("steps") or ()), className="finding-steps"),
                     html.Td(place_text(f), className="finding-place"),
-                    html.Td(f["explanation"], className="finding-explanation small"),
+                    html.Td(what, className="finding-explanation small"),
                 ],
                 id=finding_id(i),
                 n_clicks=0,
                 className="finding-row",
-                title="show it on the Tensors page",
+                title="show it on the Flight page" if window else "show it on the Tensors page",
                 style={"cursor": "pointer"},
                 **{"data-kind": f["kind"], "data-severity": severity},
             )
@@ -258,7 +287,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         return (
             findings_table(listed),
             summary,
-            [f["where"] for f in listed[:MAX_LISTED]],
+            [place_of(f) for f in listed[:MAX_LISTED]],
             kind_options,
             trial_options,
             key,
@@ -267,6 +296,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),
         Output(ids.URL, "pathname", allow_duplicate=True),
+        Output(ids.URL, "search", allow_duplicate=True),
         Input(finding_id(ALL), "n_clicks"),
         State(SHOWN, "data"),
         State(ids.SELECTION, "data"),
@@ -279,9 +309,13 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if index is None or not places or index >= len(places) or not any(
             t.get("value") for t in ctx.triggered
         ):
-            return no_update, no_update
-        new = sel.open_where(selection, places[index], data.option_source())
-        return new, TENSORS_PATH
+            return no_update, no_update, no_update
+        place = places[index]
+        new = sel.open_where(selection, place, data.option_source())
+        window = place.get("flight_window")
+        if window:  # the Flight page at the trigger (the selection: its trial)
+            return new, FLIGHT_PATH, "?" + flight_link(place["trial"], window).split("?", 1)[1]
+        return new, TENSORS_PATH, ""
 
 
 PAGE = Page(PATH, NAME, layout, register_callbacks)

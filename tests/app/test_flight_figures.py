@@ -1,0 +1,141 @@
+"""The Flight page's pure builders (app/flight_figures.py) on a real triggered group
+(tests/app/test_flight_data.py), and the page's pure pieces (links, the trigger table,
+the empty state, the Findings page's link to a trigger)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from comgra_like.app import flight_data as fd
+from comgra_like.app import flight_figures as ff
+from comgra_like.app.data import AppData
+from comgra_like.app.graph_figure import NON_FINITE_COLOR, build_graph_figure, node_style
+
+from .test_flight_data import NAN, SPIKE, TRIAL, make_triggered_group
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> AppData:
+    return AppData(make_triggered_group(tmp_path_factory.mktemp("flight_figures")))
+
+
+def test_window_figure_puts_the_dense_window_beside_the_recorded_steps(data):
+    rows = fd.window_rows(data, TRIAL, NAN)
+    trigger = fd.pick_trigger(fd.triggers(data, TRIAL), NAN)
+    window = fd.window_series(rows, "layer1", "value", "norm")
+    recorded, aggregation = fd.recorded_series(data, TRIAL, rows, "layer1", "value", "norm")
+    figure = ff.window_figure(window, recorded, statistic="norm", tensor="layer1",
+                              role="value", window=trigger.window, trigger_step=55,
+                              current_step=47, aggregation=aggregation)
+    traces = {t["name"]: t for t in figure["data"]}
+    dense = traces[ff.FLIGHT_TRACE_NAME]
+    assert dense["x"] == list(range(40, 56))
+    assert dense["y"][-1] is None and all(v is not None for v in dense["y"][:-1])  # NaN: a hole
+    assert traces[ff.NON_FINITE_TRACE_NAME]["x"] == [55]  # ... and a red cross
+    assert traces[ff.NON_FINITE_TRACE_NAME]["y"] == [dense["y"][-2]]
+    sparse = traces["recorded steps (batch mean)"]
+    assert sparse["x"] == [0, 10, 20, 30, 31, 32, 42, 52, 56, 57, 67]
+    # the view: the window and the nearest recorded step on each side
+    low, high = figure["layout"]["xaxis"]["range"]
+    assert low < 32 < 40 and 55 < 56 < high and high < 57
+    assert figure["layout"]["meta"] == {"flight_steps": 16, "recorded_in_view": 4}
+    title = figure["layout"]["title"]["text"]
+    assert "16 steps in the flight window, 4 recorded steps in view" in title
+    assert "not the whole tensor's number" in title  # per-sample norms, aggregated
+    rect, trigger_line, player = figure["layout"]["shapes"]
+    assert (rect["x0"], rect["x1"]) == (39.5, 55.5)
+    assert trigger_line["x0"] == 55 and player["x0"] == 47
+    # a parameter: the same number, nothing to say
+    p_window = fd.window_series(rows, "net.0.weight", "value", "norm")
+    p_recorded, p_agg = fd.recorded_series(data, TRIAL, rows, "net.0.weight", "value", "norm")
+    title = ff.window_figure(p_window, p_recorded, statistic="norm", tensor="net.0.weight",
+                             role="value", window=(40, 55), trigger_step=55, current_step=None,
+                             aggregation=p_agg)["layout"]["title"]["text"]
+    assert "not the whole" not in title
+    empty = ff.window_figure(window.iloc[:0], recorded, statistic="norm", tensor="x",
+                             role="value", window=(40, 55), trigger_step=55, current_step=None)
+    assert empty["data"] == []
+
+
+def test_window_paint_shows_each_step_on_one_scale(data):
+    rows = fd.window_rows(data, TRIAL, NAN)
+    trigger = fd.pick_trigger(fd.triggers(data, TRIAL), NAN)
+    _, model = fd.window_graph(data, TRIAL, trigger)
+    scale = ff.window_scale(rows, "norm", "value")
+    finite = rows.loc[rows["role"] == "value", "l2_norm"].to_numpy()
+    finite = finite[np.isfinite(finite)]
+    assert (scale.low, scale.high) == (pytest.approx(finite.min()), pytest.approx(finite.max()))
+    at = {s: ff.window_paint(rows, s, "norm", "value", scale) for s in (40, 50, 55)}
+    # every node of the graph has its value (the registered tensors and parameters)
+    assert set(at[40].values) == set(model.nodes)
+    assert at[40].values["layer1"].value == pytest.approx(fd.window_series(
+        rows, "layer1", "value", "norm")["value"].iloc[0])
+    colours = {s: {n: node_style(p, n, False)[:2] for n in model.nodes} for s, p in at.items()}
+    assert colours[40] != colours[50]  # the player's steps look different
+    assert colours[55]["layer1"] == (NON_FINITE_COLOR, NON_FINITE_COLOR)  # NaN: red
+    assert colours[50]["layer1"][1] != NON_FINITE_COLOR
+    assert not at[55].values["net.0.weight"].non_finite  # a parameter before the NaN
+    # gradients: the NaN step's gradients are non-finite from the loss back
+    grads = ff.window_paint(rows, 55, "norm", "gradient", ff.window_scale(rows, "norm",
+                                                                          "gradient"))
+    assert grads.values["output"].non_finite and not grads.values["loss"].non_finite
+    figure = build_graph_figure(model, paint=at[40])
+    assert "L2 norm of the value" in str(figure.to_dict()["data"])
+
+
+def test_flight_trace_and_the_player_steps():
+    trace = ff.flight_trace([3, 4, 5], [1.0, math.inf, 2.0], "mean")
+    assert trace["name"] == "flight window" and trace["y"] == [1.0, None, 2.0]
+    assert ff.non_finite_trace([3, 4], [1.0, 2.0], "mean") is None
+    assert ff.next_step([3, 4, 5], 3) == 4
+    assert ff.next_step([3, 4, 5], 5) is None
+    assert ff.next_step([3, 4, 5], None) == 3
+    assert ff.next_step([], 1) is None
+    assert ff.when_text(None) == "" and ff.when_text(0.0) == "1970-01-01 00:00:00 UTC"
+    assert ff.kind_label("non_finite") == "NaN / Inf"
+    assert ff.value_text(float("nan")) == "nan" and ff.value_text(13840.84) == "1.384e+04"
+
+
+def test_page_links_table_and_empty_state(data):
+    from comgra_like.app.pages import findings, flight
+
+    assert flight.link("a b", "0001-r0-step55") == "/flight?trial=a+b&trigger=0001-r0-step55"
+    assert flight.url_wish("?trial=a+b&trigger=x") == ("a b", "x")
+    assert flight.url_wish(None) == (None, None)
+    rows = fd.triggers(data, TRIAL)
+    table = flight.triggers_table(rows, NAN)
+    body = table.children[1].children
+    assert [r.className for r in body] == ["flight-trigger-row",
+                                           "flight-trigger-row table-active"]
+    assert "gradient-norm spike" in str(body[0].children[0].children)  # the other triggers
+    empty = str(flight.empty_state("clean", [TRIAL]))
+    assert "FlightRecorder" in empty and "docs/FLIGHT.md" in empty
+    assert flight.link(TRIAL) in empty
+    # the Findings page: a flight finding opens the Flight page at its trigger
+    found = data.findings(TRIAL)
+    spike = next(f for f in found if f["kind"] == "flight_loss_spike")
+    assert findings.flight_window(spike) == SPIKE
+    assert findings.place_of(spike)["flight_window"] == SPIKE
+    assert findings.place_of(spike)["trial"] == TRIAL
+    other = {"kind": "first_non_finite", "trial_id": TRIAL, "where": {"trial": TRIAL}}
+    assert findings.flight_window(other) is None and "flight_window" not in findings.place_of(
+        other)
+    html = str(findings.findings_table([spike, {**other, "severity": "error",
+                                                "explanation": "x", "steps": [1]}]))
+    assert html.count("finding-flight-link") == 1
+    assert flight.link(TRIAL, SPIKE) in html
+    assert flight.start_step(rows[1], data.findings(TRIAL) and fd.trigger_finding(
+        data, TRIAL, NAN)) == 55
+
+
+def test_an_unreadable_window_paints_nothing():
+    empty = pd.DataFrame()
+    assert ff.window_scale(empty, "norm", "value") is None
+    paint = ff.window_paint(empty, 3, "norm", "value", None)
+    assert paint.values == {} and paint.step == 3
+    assert fd.window_tensors(empty, "value") == [] and fd.window_roles(empty) == []
+    assert fd.tensor_node(empty, "x") is None
