@@ -24,9 +24,10 @@ submodule, ``self.model(x)``, names it with ``module="model"``); under DDP the
 the module names are ``model.module.<name>`` (as with watch() of a DDP model). A module
 that no training step calls is said once in the log.
 
-``pytorch_lightning.Trainer`` (the older package name) checks for its own ``Callback``
-class: use ``comgra_like.integrations.pytorch_lightning.ComgraCallback`` there (the
-same callback on that base).
+``pytorch_lightning.Trainer`` (the older package name) calls a callback's hooks by name
+and records with this callback too; ``comgra_like.integrations.pytorch_lightning.
+ComgraCallback`` is the same callback on ``pytorch_lightning.Callback`` (a distinct
+class), for code that checks the class.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The body of the Lightning callback, without its base class: ``lightning.py`` makes it
 a ``lightning.pytorch.Callback``, ``pytorch_lightning.py`` a ``pytorch_lightning.Callback``
-(the two packages' classes are distinct, and each Trainer takes only its own). No
-framework is imported here; the behaviour is described in ``lightning.py``.
+(the two packages' classes are distinct). No framework is imported here; the behaviour
+is described in ``lightning.py``.
 """
 
 from __future__ import annotations

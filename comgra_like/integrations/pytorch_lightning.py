@@ -1,6 +1,7 @@
 """``ComgraCallback`` for ``pytorch_lightning.Trainer`` (the package's older name): the
-callback of ``lightning.py`` on ``pytorch_lightning.Callback``, which that Trainer
-requires (docs/INTEGRATIONS.md).
+callback of ``lightning.py`` on ``pytorch_lightning.Callback`` (distinct from
+``lightning.pytorch.Callback``), for code that checks the class: the Trainer itself
+calls hooks by name and takes either (docs/INTEGRATIONS.md).
 """
 
 from __future__ import annotations
