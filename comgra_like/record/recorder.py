@@ -180,7 +180,9 @@ class ComgraRecorder(LifecycleView, TensorCalls, KpiCalls, WriterCalls):
         self._warned_unused: set[str] = set()
         protect_retained(self._retained_tensors)  # from FlowChain's extra backward passes
         if flight_recorder is not None:
-            flight_recorder.attach(self.trial_path, self.rank)
+            flight_recorder.attach(  # trial.json names each trigger (through the writer)
+                self.trial_path, self.rank,
+                lambda trigger: self.writer is not None and self.writer.flight_trigger(trigger))
             self._flight = flight_recorder
 
     def _retained_tensors(self) -> list[torch.Tensor]:

@@ -5,13 +5,16 @@ after a trigger."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import random
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ import torch
 
 from comgra_like import ConfigurationError, FlightRecorder, FlightTriggerError
 from comgra_like.analysis import find
+from comgra_like.format.trial import flight_triggers
 from comgra_like.query import open_group
 from comgra_like.query.flight import list_flight_triggers, read_flight, read_flight_values
 
@@ -69,6 +73,20 @@ def test_nan_at_a_random_step_and_node_is_caught_with_its_window(tmp_path):
     assert (finding.node, finding.steps, finding.role) == (node, (step,), "value")
     assert f"step {step}" in finding.explanation and repr(node) in finding.explanation
     assert finding.where["training_step"] == step + 1  # the first recorded step after it
+
+
+def test_trial_json_names_each_trigger(tmp_path):
+    fr = FlightRecorder(window=16, cooldown=5, after=0)
+    _, rec = train(tmp_path, "named", 80, flight=fr, nan_at=(30, "relu2"), lr_jump_at=60)
+    rec.finalize()
+    info = json.loads((tmp_path / "flight" / "trials" / "named" / "trial.json").read_text())
+    named, dropped = flight_triggers(info)
+    assert dropped == 0
+    assert [(n["kind"], n["training_step"]) for n in named] == [
+        (f["kind"], f["step"]) for f in fr.fired]
+    assert named[0]["tensor"] == "relu2" and named[0]["detail"]["node"] == "relu2"
+    assert named[0]["window_steps"] == list(range(15, 31))
+    assert math.isnan(named[0]["value"]) or named[0]["value"] >= 1
 
 
 def test_full_values_of_the_last_steps_are_kept(tmp_path):
@@ -243,6 +261,18 @@ def test_window_reads_back_after_a_kill_right_after_the_trigger(tmp_path):
     rows = read_flight(tmp_path / "flight", "killed")
     assert sorted(rows["training_step"].unique()) == list(range(47, 71))
     assert read_flight_values(tmp_path / "flight", "killed", trigger.name)
+    # trial.json names the trigger: the writer process had it before the kill and
+    # writes it when it sees the training process gone
+    trial_json = tmp_path / "flight" / "trials" / "killed" / "trial.json"
+    named = []
+    deadline = time.monotonic() + 60
+    while not named and time.monotonic() < deadline:
+        named = flight_triggers(json.loads(trial_json.read_text()))[0]
+        time.sleep(0.2)
+    assert [(n["kind"], n["training_step"], n["tensor"]) for n in named] == [
+        ("non_finite", 70, "relu1")]
+    assert named[0]["window_steps"] == list(range(47, 71))
+    assert named[0]["detail"]["name"] == trigger.name
 
 
 def test_batched_reductions_give_the_same_statistics(tmp_path):
