@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ComgraError, ConfigurationError
 from ..record.watching import watch
 
 log = logging.getLogger("comgra_like")
@@ -80,14 +80,24 @@ def takes_optimizer() -> bool:
 def start_watch(module, path, log_freq: int, metrics, config, flight_recorder,
                 optimizers: list, scaler, watch_kwargs: Mapping[str, Any]):
     """watch() as the callbacks call it: the optimizers (and the loss scaler) passed
-    where watch() takes them."""
+    where watch() takes them. A ComgraError (a bad argument, a folder that cannot be
+    written) stops the run before training, as watch() does; any other failure is
+    logged and training goes on unrecorded (None)."""
     kwargs = dict(watch_kwargs)
     if optimizers and takes_optimizer():
         kwargs["optimizer"] = optimizers if len(optimizers) > 1 else optimizers[0]
         if scaler is not None:
             kwargs["scaler"] = scaler
-    return watch(module, log_freq=log_freq, standalone_dir=path, metrics=metrics,
-                 config=config, flight_recorder=flight_recorder, **kwargs)
+    try:
+        return watch(module, log_freq=log_freq, standalone_dir=path, metrics=metrics,
+                     config=config, flight_recorder=flight_recorder, **kwargs)
+    except ComgraError:
+        raise
+    except Exception as e:  # noqa: BLE001 - never into training
+        log.warning("comgra_like ComgraCallback: watching %s failed, training goes on "
+                    "without a recording: %s: %s", type(module).__name__,
+                    type(e).__name__, e)
+        return None
 
 
 def before_clipping(handle) -> None:

@@ -67,7 +67,8 @@ class LightningRecording:
         self.handle = start_watch(target, path, self.log_freq, self.metrics, config,
                                   self.flight_recorder, optimizers, scaler,
                                   self.watch_kwargs)
-        self._probe = target.register_forward_pre_hook(self._seen)
+        if self.handle is not None:
+            self._probe = target.register_forward_pre_hook(self._seen)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._checked or self.handle is None:

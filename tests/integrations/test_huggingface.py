@@ -5,6 +5,9 @@ during training in ``<trial>.validation``."""
 
 from __future__ import annotations
 
+import logging
+import types
+
 import pytest
 import torch
 
@@ -50,3 +53,18 @@ def test_bad_arguments_are_configuration_errors():
         ComgraCallback(log_freq=-1)
     with pytest.raises(ConfigurationError, match="sets recorder"):
         ComgraCallback(recorder=object())
+
+
+def test_a_failure_inside_watch_is_logged_and_training_goes_on(tmp_path, caplog):
+    class Broken(torch.nn.Linear):
+        def named_modules(self, *args, **kwargs):
+            raise RuntimeError("boom")
+
+    args = types.SimpleNamespace(output_dir=str(tmp_path), to_dict=lambda: {"seed": 0})
+    callback = ComgraCallback(log_freq=1)
+    with caplog.at_level(logging.WARNING, logger="comgra_like"):
+        callback.on_train_begin(args, None, None, model=Broken(2, 2), optimizer=None)
+        callback.on_train_end(args, None, None)
+    assert callback.handle is None
+    assert any("watching Broken failed, training goes on" in r.getMessage()
+               and "RuntimeError: boom" in r.getMessage() for r in caplog.records)
