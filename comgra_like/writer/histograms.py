@@ -26,6 +26,7 @@ from ..format.layout import HISTOGRAMS
 from ..format.schema import HISTOGRAMS_SCHEMA
 from ..protocol import CaptureSpec, Start, Watch
 from ..vocabulary import FORWARD, GRADIENT_PREFIX, PARAMETER
+from .step_processor import StepProcessor
 
 IO, IO_GRAD, PARAMS, PARAMS_GRAD = "io", "io_grad", "params", "params_grad"
 # Rows binned together at most (~100 us of work per 16 rows of 1000 values, between two
@@ -139,7 +140,7 @@ def per_sample_norms(flat: np.ndarray, shape: tuple[int, ...],
     return np.sqrt(np.einsum("ij,ij->i", x, x))
 
 
-class Histograms:
+class Histograms(StepProcessor):
     """The writer's histogram processor; idle until a ``protocol.Watch`` configures it."""
 
     presorted: tuple[str, ...] = ()
@@ -265,7 +266,7 @@ class Histograms:
             "training_step": [training_step] * n,
             "type_of_execution": [toe] * n,
             "iteration": list(it),
-            "node": list(node),
+            "module": list(node),
             "role": list(role),
             "recording_type": list(rtype),
             "what": list(what),

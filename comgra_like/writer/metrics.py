@@ -20,7 +20,8 @@ import pyarrow as pa
 from ..format.layout import METRICS
 from ..format.schema import METRICS_SCHEMA
 from ..metrics.quantities import QUANTITIES, ModuleData
-from ..protocol import MetricData, ProtocolError
+from ..protocol import MetricData, ProtocolError, Start
+from .step_processor import StepProcessor
 
 _PLAIN = pa.schema([(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
                     for f in METRICS_SCHEMA])
@@ -53,14 +54,22 @@ def read_blob(path: str) -> np.ndarray:
             pass
 
 
-class Metrics:
-    """Rows of the metrics table from MetricData messages, state kept per (module,
-    metric)."""
+class Metrics(StepProcessor):
+    """The writer's processor of the per-module metrics: rows of the metrics table from
+    MetricData messages (``metric_data``), state kept per (module, metric)."""
 
     def __init__(self, trial_id: str):
         self.trial_id = trial_id
         self.states: dict[tuple[str, str], dict] = {}
         self._warned: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_start(cls, start: Start) -> Metrics:
+        """The processor of a trial (an entry of ``processors.PROCESSORS``)."""
+        return cls(start.trial_id)
+
+    def metric_data(self, msg: MetricData) -> dict[str, pa.Table]:
+        return self.table(msg)
 
     def table(self, msg: MetricData) -> dict[str, pa.Table]:
         """The metrics rows of one message (``{}`` when it has none)."""
@@ -87,7 +96,7 @@ class Metrics:
             "backward_pass": list(backward),
             "value": list(value),
             "vector": list(vector),
-            "time": list(wall),
+            "wall_time": list(wall),
         }, schema=_PLAIN)
         return {METRICS: table.cast(METRICS_SCHEMA)}
 

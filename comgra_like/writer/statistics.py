@@ -10,7 +10,6 @@ layout of a step (which tensors, where in memory) is planned once and cached.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -27,9 +26,7 @@ from .stats import (
     group_by_size,
     top_singular_value,
 )
-
-if TYPE_CHECKING:
-    from .processors import StepInput
+from .step_processor import StepInput, StepProcessor
 
 _NORM = STATISTIC_INDEX["norm"]
 
@@ -93,6 +90,14 @@ class _StepPlan:
 # Plans keep buffers of their own; beyond this many bytes in all, a plan is used for its
 # step only (a model that large spends its time in the numbers, not in planning).
 _PLAN_CACHE: dict[tuple, _StepPlan] = {}
+
+
+def clear_plan_cache() -> None:
+    """Forget every step plan (their views and buffers): called when a slot's memory
+    changes, which makes the plans of its steps stale."""
+    _PLAN_CACHE.clear()
+
+
 PLAN_CACHE_BYTES = 64 * 2**20
 
 
@@ -307,7 +312,7 @@ def tensor_table(r: Reduced | None, pause) -> pa.Table | None:
     )
 
 
-class TensorStatistics:
+class TensorStatistics(StepProcessor):
     """The step processor of the tensors table: statistics and values of every capture
     (the first of ``processors.PROCESSORS``). It keeps the warm starts of the singular
     value iterations from step to step."""

@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,11 +31,14 @@ from ..protocol import CaptureSpec, Start
 from ..vocabulary import FINISHED, FORWARD, INPUT, PARAMETER, RUNNING, UPDATE
 from .compaction import compact_trial
 from .flight_triggers import FlightTriggers
-from .metrics import Metrics
-from .processors import StepInput, make_processors
+from .processors import make_processors
 from .shards import ShardBuffer
-from .statistics import _PLAN_CACHE
+from .statistics import clear_plan_cache
+from .step_processor import StepInput
 from .uploads import RETRY_SECONDS_ENV, StoreOutage, Uploader
+
+#: A message's handler: (message, reply, pause) -> None, or what ``Worker.handle`` returns
+Handler = Callable[[Any, Callable[[protocol.Message], None], Callable[[], None]], "bool | None"]
 
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _NOT_A_FOLDER = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
@@ -98,8 +102,8 @@ class Worker:
                                   flush_seconds=start.flush_seconds, files=files,
                                   rank=start.rank, uploads=self.uploads)
         self._salvaging = False  # after a store outage: uploads.salvage() runs
+        # the computations: tensor statistics, histograms, per-module metrics, ...
         self.processors = make_processors(start)
-        self.metrics = Metrics(start.trial_id)  # the per-module metrics (comgra_like.metrics)
         # the flight recorder's triggers, named in trial.json
         self.flight_triggers = FlightTriggers(self.trial_dir, self._trial_json, files,
                                               self.uploads.submit, rank=start.rank)
@@ -117,6 +121,8 @@ class Worker:
         # rows (a one-row Arrow table per message cost ~2 ms)
         self._module_step_rows: dict[str, list] = {
             name: [] for name in _MODULE_STEPS_PLAIN.names}
+        #: the handler of each message type (``handle``)
+        self.handlers: dict[type, Handler] = self._handlers()
 
     def open_trial(self) -> None:
         """Write trial.json (status running) before the first message is handled; on
@@ -131,7 +137,7 @@ class Worker:
         # A slot's segments are only ever appended, so (slot, refs) names the memory of a
         # step plan; a slot that grew moves its steps to new refs, and the old plans
         # (views and update buffers) would only hold memory.
-        _PLAN_CACHE.clear()
+        clear_plan_cache()
 
     def map_segment(self, slot: int, index: int, path: str, nelems: int) -> None:
         fd = os.open(path, os.O_RDONLY)
@@ -153,67 +159,94 @@ class Worker:
         """Handle one message; ``reply`` answers. False: the worker should exit.
 
         ``pause`` is called between units of a recorded step's work (see
-        ``scheduling.Courtesy``).
+        ``scheduling.Courtesy``). The handler of each message type is in
+        :attr:`handlers`; a type without one is refused (the trial fails).
         """
-        if isinstance(msg, protocol.Step):
-            freed = []
-
-            def release():
-                if not freed:
-                    freed.append(True)
-                    reply(protocol.Free(msg.slot))
-
-            self._guard(lambda: self._step(msg, release, pause or _no_pause))
-            release()
-        elif isinstance(msg, protocol.Close):
-            self._guard(self._write_and_wait)
-            if msg.finish:
-                self._guard(self._finish)
-            self.settle()
-            reply(protocol.Closed(self.failed))
-            return False
-        elif isinstance(msg, protocol.Flush):
-            self._guard(self._write_and_wait)
-            reply(protocol.Flushed(msg.id, self.failed))
-            return True
-        elif isinstance(msg, protocol.Segment):
-            if msg.buffer is not None:
-                self.add_segment(msg.slot, msg.index, msg.buffer, msg.nelems)
-            else:
-                self._guard(lambda: self.map_segment(msg.slot, msg.index, msg.path, msg.nelems))
-        elif isinstance(msg, protocol.Kpis):
-            self._guard(lambda: self._kpis(msg.rows))
-        elif isinstance(msg, protocol.Graph):
-            self._guard(lambda: self._graph(msg.digest, msg.structure))
-        elif isinstance(msg, protocol.Note):
-            self._guard(lambda: self._note(msg))
-        elif isinstance(msg, protocol.Modules):
-            if self.lead:
-                self._guard(lambda: self._write_json(self.trial.modules_json,
-                                                     {"modules": msg.modules}))
-        elif isinstance(msg, protocol.Watch):
-            for p in self.processors:
-                if hasattr(p, "configure"):
-                    self._guard(lambda p=p: p.configure(msg))
-        elif isinstance(msg, protocol.WatchStep):
-            self._guard(lambda: self._watch_step(msg))
-        elif isinstance(msg, protocol.ModuleGraph):
-            self._guard(lambda: self._graph(msg.digest, msg.structure, module=True))
-        elif isinstance(msg, protocol.WatchReport):
-            if self.lead:
-                self._guard(lambda: self._write_json(self.trial.watch_json, msg.report))
-        elif isinstance(msg, protocol.MetricData):
-            self._guard(lambda: self.shards.add(self.metrics.table(msg)))
-        elif isinstance(msg, protocol.FlightTrigger):
-            self._guard(lambda: self.flight_triggers.add(msg))
-        elif isinstance(msg, protocol.Config):
-            self.shards.flush_seconds = float(msg.flush_seconds)
-        else:
+        handler = self.handlers.get(type(msg))
+        if handler is None:
             self._guard(lambda: _refuse(msg))
+        else:
+            done = handler(msg, reply, pause or _no_pause)
+            if done is not None:  # answered: nothing else is due
+                return done
         if self.failed is None and self.shards.must_flush():
             self._guard(self._write)
         self.report_failure(reply)
         return True
+
+    def _handlers(self) -> dict[type, Handler]:
+        """The handler of each message type the training process sends. A handler returns
+        None (then a write that is due runs and a failure is reported) or what ``handle``
+        returns at once (Close and Flush, which answer themselves)."""
+        return {
+            protocol.Step: self._on_step,
+            protocol.Close: self._on_close,
+            protocol.Flush: self._on_flush,
+            protocol.Segment: self._on_segment,
+            protocol.Kpis: lambda msg, reply, pause: self._guard(lambda: self._kpis(msg.rows)),
+            protocol.Graph: lambda msg, reply, pause: self._guard(
+                lambda: self._graph(msg.digest, msg.structure)),
+            protocol.ModuleGraph: lambda msg, reply, pause: self._guard(
+                lambda: self._graph(msg.digest, msg.structure, module=True)),
+            protocol.Note: lambda msg, reply, pause: self._guard(lambda: self._note(msg)),
+            protocol.Modules: lambda msg, reply, pause: self._lead_json(
+                self.trial.modules_json, {"modules": msg.modules}),
+            protocol.WatchReport: lambda msg, reply, pause: self._lead_json(
+                self.trial.watch_json, msg.report),
+            protocol.Watch: self._on_watch,
+            protocol.WatchStep: lambda msg, reply, pause: self._guard(
+                lambda: self._watch_step(msg)),
+            protocol.MetricData: self._on_metric_data,
+            protocol.FlightTrigger: lambda msg, reply, pause: self._guard(
+                lambda: self.flight_triggers.add(msg)),
+            protocol.Config: self._on_config,
+        }
+
+    def _on_step(self, msg: protocol.Step, reply, pause) -> None:
+        freed = []
+
+        def release():
+            if not freed:
+                freed.append(True)
+                reply(protocol.Free(msg.slot))
+
+        self._guard(lambda: self._step(msg, release, pause))
+        release()
+
+    def _on_close(self, msg: protocol.Close, reply, pause) -> bool:
+        self._guard(self._write_and_wait)
+        if msg.finish:
+            self._guard(self._finish)
+        self.settle()
+        reply(protocol.Closed(self.failed))
+        return False
+
+    def _on_flush(self, msg: protocol.Flush, reply, pause) -> bool:
+        self._guard(self._write_and_wait)
+        reply(protocol.Flushed(msg.id, self.failed))
+        return True
+
+    def _on_segment(self, msg: protocol.Segment, reply, pause) -> None:
+        if msg.buffer is not None:
+            self.add_segment(msg.slot, msg.index, msg.buffer, msg.nelems)
+        else:
+            self._guard(lambda: self.map_segment(msg.slot, msg.index, msg.path, msg.nelems))
+
+    def _lead_json(self, path: Path, obj) -> None:
+        """A file every rank has alike: the lead alone writes it."""
+        if self.lead:
+            self._guard(lambda: self._write_json(path, obj))
+
+    def _on_watch(self, msg: protocol.Watch, reply, pause) -> None:
+        for p in self.processors:
+            self._guard(lambda p=p: p.configure(msg))
+
+    def _on_metric_data(self, msg: protocol.MetricData, reply, pause) -> None:
+        for p in self.processors:
+            self._guard(lambda p=p: self.shards.add(p.metric_data(msg), presorted=p.presorted))
+
+    def _on_config(self, msg: protocol.Config, reply, pause) -> None:
+        self.shards.flush_seconds = float(msg.flush_seconds)
 
     def report_failure(self, reply) -> None:
         """Send the failure, once, if there is one."""
@@ -428,8 +461,7 @@ class Worker:
     def _watch_step(self, msg: protocol.WatchStep) -> None:
         """A module-graph row of a watched step; the step's time for its histograms."""
         for p in self.processors:
-            if hasattr(p, "step_time"):
-                p.step_time(msg.step, msg.time)
+            p.step_time(msg.step, msg.time)
         rows = self._module_step_rows
         for name, value in (("trial_id", self.trial_id), ("training_step", int(msg.step)),
                             ("type_of_execution", msg.toe), ("iteration", int(msg.iteration)),

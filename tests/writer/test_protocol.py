@@ -15,6 +15,7 @@ from comgra_like.errors import StorageError
 from comgra_like.format.schema import KPIS_SCHEMA
 from comgra_like.query import open_group
 from comgra_like.writer import processors
+from comgra_like.writer.step_processor import StepProcessor
 
 from .helpers import new_recorder, record_steps
 
@@ -88,10 +89,8 @@ def test_a_recorder_of_another_protocol_version_fails_with_the_writers_reason(tm
         new_recorder(tmp_path)
 
 
-class _StepCount:
+class _StepCount(StepProcessor):
     """A processor of the test: one KPI point per step, the sum of the step's first array."""
-
-    presorted = ()
 
     def __init__(self, start: protocol.Start):
         self.trial_id = start.trial_id
