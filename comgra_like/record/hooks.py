@@ -75,6 +75,8 @@ class Settings:
     structure_only: bool  # backend 'none'
     histogram: dict  # bins, sample_n, reject_outlier_proportion, seed
     verbose: bool
+    # watch(optimizer=): each backward's gradients as a loss group of their own as well
+    micro_batch_gradients: bool = True
 
 
 class Watcher:
@@ -154,6 +156,11 @@ class Watcher:
         self._last_report: dict | None = None
         self._logged = False
         self.attached: dict[str, str] = {}  # attach node -> parent module name
+        # watch(optimizer=): record/optimizer.py's OptimizerWatch; a step is then one
+        # optimizer step (its micro-batches are iterations of it)
+        self.optimizer = None
+        self._optimizer_steps_at_open = 0
+        self.compiled: str | None = None  # torch.compile: what is not recorded (the report)
         self._hook()
         self._send_config()
 
@@ -248,8 +255,13 @@ class Watcher:
             return
         self._set_active(False)  # (a forward that raised left it on)
         if module.training:
-            if self.s.delay_log_multi_backward and not self.backward_seen and (
-                    self.open == TRAINING or self.open_skipped):
+            if self.optimizer is not None and (self.open == TRAINING or self.open_skipped) \
+                    and self._same_optimizer_step():
+                if self.open == TRAINING:  # a further micro-batch of the same step
+                    self._begin_iteration()
+                return
+            if self.optimizer is None and self.s.delay_log_multi_backward and \
+                    not self.backward_seen and (self.open == TRAINING or self.open_skipped):
                 if self.open == TRAINING:  # the same step goes on: a further forward
                     self._begin_iteration()
                 return
@@ -257,6 +269,8 @@ class Watcher:
             k = self.train_count
             self.train_count += 1
             self.backward_seen = False
+            if self.optimizer is not None:
+                self._optimizer_steps_at_open = self.optimizer.steps_taken
             if k % self.s.log_freq and (self.s.structure_only
                                         or not self.rec.take_requested_recording()):
                 self.open_skipped = True
@@ -277,6 +291,14 @@ class Watcher:
                 return
             self.rec = rec
             self._start_step(self.train_count - 1, VALIDATION, args, kwargs)
+
+    def _same_optimizer_step(self) -> bool:
+        """With an optimizer: whether a training forward belongs to the open step (no
+        optimizer step since it opened, and its gradients were not reset after a
+        backward: a step the scaler skipped, or one the loop gave up)."""
+        if self.optimizer.steps_taken != self._optimizer_steps_at_open:
+            return False
+        return not (self.backward_seen and self.optimizer.gradients_reset())
 
     def _validation_recorder(self):
         """The validation trial's recorder (made now at the first validation pass)."""
@@ -383,7 +405,8 @@ class Watcher:
 
     def _root_post_work(self, module, args, kwargs, output) -> None:
         if not self.active:
-            if self.own and self.s.delay_log_multi_backward and self.open_skipped:
+            if self.own and self.open_skipped and (
+                    self.s.delay_log_multi_backward or self.optimizer is not None):
                 self._watch_backward(output, self._mark_backward)
             return
         if self.own and self.open == TRAINING and self.nograd:
@@ -560,11 +583,12 @@ class Watcher:
             return
         self.backward_count += 1
         group = "backward" if self.backward_count == 1 else f"backward_{self.backward_count}"
-        try:
-            self.rec.record_current_gradients(group)
-        except ComgraError as e:
-            log.warning("comgra_like.watch: the gradients of step %s were not recorded: %s",
-                        self.step_no, e)
+        if self.optimizer is None or self.s.micro_batch_gradients:
+            try:
+                self.rec.record_current_gradients(group)
+            except ComgraError as e:
+                log.warning("comgra_like.watch: the gradients of step %s were not recorded: "
+                            "%s", self.step_no, e)
         if "io_grad" in self.s.log:
             for name, _inv, t in self.step_outputs:
                 (self.got_gradient if t.grad is not None else self.no_gradient).add(name)

@@ -359,6 +359,16 @@ class OptimizerWatch(StepListener):
         trained = [p for p in self._all_params() if p.requires_grad]
         return bool(trained) and all(p.grad is None for p in trained)
 
+    def gradients_reset(self) -> bool:
+        """Whether no parameter of the optimizers has a gradient now (``zero_grad()``);
+        stops at the first gradient found."""
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        return False
+        return True
+
     def _scale(self) -> float:
         if self.scaler is None:
             return 1.0

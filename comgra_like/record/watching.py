@@ -26,10 +26,11 @@ from ..format.files import files_for, is_object_store, s3_endpoint
 from ..format.schema import TRIAL_ID_PATTERN
 from ..format.trial_config import flatten_config
 from ..objects import DecisionMakerForRecordingsFrequencyPerType
-from .hooks import LOG_OPTIONS, Settings, Watcher
+from .hooks import LOG_OPTIONS, TRAINING, Settings, Watcher
 from .lifecycle import Stage
 from .metric_collect import Collector
 from .metric_config import resolve_config
+from .optimizer import OptimizerWatch, check_optimizers, check_scaler, parameter_names
 from .ranks import common_time
 
 log = logging.getLogger("comgra_like")
@@ -46,13 +47,15 @@ class WatchHandle:
     block), and says where the recording is."""
 
     def __init__(self, watcher: Watcher, recorder, own: bool, backend: str,
-                 metrics: Collector | None = None, flight=None):
+                 metrics: Collector | None = None, flight=None, optimizer_watch=None):
         self._watcher = watcher
         self.recorder = recorder
         self.own = own
         self.backend = backend
         self._metrics = metrics
         self._flight = flight  # watch(flight_recorder=): record/flight_watch.py
+        #: watch(optimizer=): record/optimizer.py's OptimizerWatch (None without one)
+        self.optimizer_watch = optimizer_watch
 
     @property
     def group_path(self) -> Path:
@@ -92,6 +95,16 @@ class WatchHandle:
         for recorder in self._watcher.recorders():
             recorder.flush()
 
+    def gradients_before_clipping(self) -> None:
+        """Read the parameters' gradient norms now as the norm before clipping of the
+        coming optimizer step: call it after the gradients are final and unscaled, before
+        clipping (Lightning's ``on_before_optimizer_step``; docs/OPTIMIZER.md). Returns at
+        once on a step that is not recorded; never raises into training."""
+        if self.optimizer_watch is None:
+            raise ConfigurationError(
+                "gradients_before_clipping() needs watch(model, optimizer=your_optimizer)")
+        self.optimizer_watch.gradients_before_clipping()
+
     def log_loss(self, loss: Any, step: int | None = None) -> None:
         """Record the loss (a number or a one-element tensor) of the current step, or of
         ``step``, as the metric ``loss`` of the root module (monitorch's loss lens; needs
@@ -114,6 +127,8 @@ class WatchHandle:
             if self._metrics is not None:
                 self._metrics.close()
             watcher.close()
+            if self.optimizer_watch is not None:
+                self.optimizer_watch.close()
         finally:
             for key, w in list(_WATCHERS.items()):
                 if w is watcher:
@@ -168,6 +183,9 @@ def watch(
     metrics: Mapping | None = None,
     config: Mapping | None = None,
     flight_recorder=None,
+    optimizer=None,
+    scaler=None,
+    micro_batch_gradients: bool | None = None,
 ) -> WatchHandle:
     """Record every module of ``module``: inputs, outputs, their per-sample gradient
     norms, parameters and parameter gradients, as tensors of the recording and as
@@ -201,6 +219,14 @@ def watch(
     validation trial; with ``recorder=`` pass it to the ``ComgraRecorder`` instead.
     ``flight_recorder``: a ``comgra_like.FlightRecorder`` armed on every training step
     (parameters, their gradients and updates, the model's output; docs/FLIGHT.md).
+    ``optimizer``: a ``torch.optim.Optimizer`` or a list of them (docs/OPTIMIZER.md): a
+    step is then one optimizer step (the micro-batches of gradient accumulation are its
+    iterations), the gradient the step uses is recorded as the loss group ``optimizer``
+    (accumulated, unscaled, clipped), with the update and the optimizer's state as
+    metrics ``optimizer/<quantity>`` per parameter (``Group.read_optimizer_state``);
+    ``scaler``: the loop's ``torch.amp.GradScaler``; ``micro_batch_gradients``: record
+    each backward's gradients as a loss group of its own too (default False with an
+    optimizer).
 
     Returns a :class:`WatchHandle` (``unwatch()``, or use it in a ``with`` block).
     """
@@ -264,6 +290,17 @@ def watch(
         specs = resolve_config(module, metrics, tracked or name or "model")
     if flight_recorder is not None:  # issue 30 (record/flight_watch.py, docs/FLIGHT.md)
         _check_flight(flight_recorder, own)
+    optimizers = None
+    if optimizer is not None:  # issue 32 (record/optimizer.py, docs/OPTIMIZER.md)
+        optimizers = check_optimizers(optimizer)
+        check_scaler(scaler)
+    elif scaler is not None or micro_batch_gradients is not None:
+        raise ConfigurationError(
+            "scaler= and micro_batch_gradients= go with optimizer=: watch(model, "
+            "optimizer=opt, scaler=scaler)")
+    if micro_batch_gradients is not None and not isinstance(micro_batch_gradients, bool):
+        raise ConfigurationError(
+            f"micro_batch_gradients must be True or False, got {micro_batch_gradients!r}")
     if own:
         root = name if name is not None else "model"
         _check_name(root)
@@ -287,7 +324,8 @@ def watch(
         histogram={"bins": bins, "sample_n": sample_n,
                    "reject_outlier_proportion": float(reject_outlier_proportion),
                    "seed": int(seed)},
-        verbose=bool(verbose))
+        verbose=bool(verbose),
+        micro_batch_gradients=optimizers is None or bool(micro_batch_gradients))
     make_validation = None
     if own:
         def make_validation():
@@ -309,7 +347,11 @@ def watch(
         from .flight_watch import FlightDriver
 
         flight = FlightDriver(flight_recorder, module, root, recorder)
-    handle = WatchHandle(watcher, recorder, own, backend, collector, flight)
+    optimizer_watch = None
+    if optimizers is not None and not structure_only:
+        optimizer_watch = _watch_optimizers(watcher, module, root, recorder, own, optimizers,
+                                            scaler)
+    handle = WatchHandle(watcher, recorder, own, backend, collector, flight, optimizer_watch)
     if own:
         msg = (f"comgra_like.watch: recording {type(module).__name__} into "
                f"{handle.location} (trial {recorder.trial_id}); open it with: "
@@ -322,6 +364,23 @@ def watch(
 
 
 _log = log
+
+
+def _watch_optimizers(watcher: Watcher, module, root: str, recorder, own: bool,
+                      optimizers: list, scaler) -> OptimizerWatch:
+    """The optimizers' step hooks (record/optimizer.py), recording while a training step
+    of ``recorder`` is recorded (watch's own step, or the user loop's)."""
+    if own:
+        def recording() -> bool:
+            return watcher.open == TRAINING and watcher.rec.is_recording
+    else:
+        def recording() -> bool:
+            return recorder.is_recording and recorder.stage != Stage.IDLE
+    ow = OptimizerWatch(optimizers, module, parameter_names(module, root), recorder,
+                        recording, scaler=scaler)
+    ow.unsubscribe = recorder.subscribe(ow)
+    watcher.optimizer = ow
+    return ow
 
 
 def _check_flight(flight_recorder, own: bool) -> None:

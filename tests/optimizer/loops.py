@@ -52,19 +52,20 @@ class Capture:
 
 
 def train(net: nn.Module, opt, data, *, accum: int = 1, scaler=None, clip: float | None = None,
-          handle=None, poison_step: int | None = None) -> list[float]:
+          handle=None, poison_step: int | None = None) -> tuple[list[float], list[float]]:
     """The plain loop: ``accum`` micro-batches per optimizer step, ``scaler`` (a
     GradScaler) and ``clip`` (clip_grad_norm_) optional; ``poison_step``: that optimizer
     step's first micro-batch gets an infinite loss (the scaler skips the step).
-    ``handle.gradients_before_clipping()`` is called after unscaling when given."""
-    losses = []
+    ``handle.gradients_before_clipping()`` is called after unscaling when given.
+    Returns the losses and the norms clip_grad_norm_ returned (before clipping)."""
+    losses, clip_norms = [], []
     for i, (x, y) in enumerate(data):
         step = i // accum
         loss = nn.functional.mse_loss(net(x), y) / accum
         if poison_step is not None and step == poison_step and i % accum == 0:
             loss = loss * float("inf")
         (scaler.scale(loss) if scaler is not None else loss).backward()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if (i + 1) % accum:
             continue
         if scaler is not None:
@@ -72,11 +73,11 @@ def train(net: nn.Module, opt, data, *, accum: int = 1, scaler=None, clip: float
         if handle is not None:
             handle.gradients_before_clipping()
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+            clip_norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), clip)))
         if scaler is not None:
             scaler.step(opt)
             scaler.update()
         else:
             opt.step()
         opt.zero_grad()
-    return losses
+    return losses, clip_norms
