@@ -274,3 +274,49 @@ def window_graph(data: AppData, trial: str, trigger: TriggerRow
         if model is not None:
             return step, model
     return None, None
+
+
+def tensors_page_series(data: AppData, current: Mapping[str, Any], statistic: str
+                        ) -> pd.DataFrame | None:
+    """The flight windows of the Tensors page's selected tensor (``training_step``,
+    ``value``, ``trigger``; ``query.flight.read_flight_statistics``, every window of the
+    trial), for its "across steps" chart. None when the trial has no window, the
+    statistic is not kept by the flight recorder, or one sample is selected (the flight
+    recorder keeps whole tensors). Cached per trial version and list of windows."""
+    trial, node, role = current.get("trial"), current.get("node"), current.get("role")
+    recording_type = current.get("recording_type")
+    if not trial or not node or not recording_type or statistic not in _PAGE_STATISTICS:
+        return None
+    if str(current.get("aggregation") or "").startswith("sample"):
+        return None
+    windows = tuple(t.name for t in triggers(data, trial))
+    group = data.group
+    if not windows or group is None:
+        return None
+
+    def read() -> pd.DataFrame:
+        from comgra_like.query.flight import read_flight_statistics
+
+        gradient = recording_type if str(recording_type).startswith("gradient") else None
+        rows = read_flight_statistics(group.path, trial, nodes=node,
+                                      recording_types=recording_type,
+                                      statistics=[statistic], gradient_type=gradient)
+        if role is not None and (rows["role"] == role).any():
+            rows = rows[rows["role"] == role]
+        rows = rows.drop_duplicates("training_step")
+        return pd.DataFrame({"training_step": rows["training_step"].to_numpy(np.int64),
+                             "value": rows[statistic].to_numpy(np.float64),
+                             "trigger": rows["trigger"].to_numpy(object)})
+
+    frame = data.cached(
+        ("flight_series", trial, data.trial_version(trial), windows, node, role,
+         recording_type, statistic),
+        lambda: data.safely(f"flight windows of {node} in {trial}", read, None))
+    if frame is None or frame.empty or np.isnan(frame["value"].to_numpy(np.float64)).all():
+        return None  # none there, or a statistic of other rows (update_ratio: updates)
+    return frame
+
+
+#: The statistics of the "across steps" chart a flight window has.
+_PAGE_STATISTICS = frozenset({"mean", "std", "abs_max", "norm", "nan_count", "inf_count",
+                              "numel", "update_ratio"})

@@ -104,6 +104,50 @@ def flight_trace(steps: Sequence[int] | np.ndarray, values: Sequence[float] | np
     }
 
 
+def with_gaps(steps: np.ndarray, values: np.ndarray) -> tuple[list, list]:
+    """Steps and values with a None between steps that are not consecutive (two windows
+    are two lines, never joined across the steps between them)."""
+    xs: list = []
+    ys: list = []
+    for i, (s, v) in enumerate(zip(steps.tolist(), values.tolist())):
+        if i and s != xs[-1] + 1:
+            xs.append(None)
+            ys.append(None)
+        xs.append(s)
+        ys.append(v if math.isfinite(v) else None)
+    return xs, ys
+
+
+def add_flight_window(figure: dict[str, Any], frame: pd.DataFrame | None, statistic: str,
+                      aggregation: str | None = None) -> dict[str, Any]:
+    """The Tensors page's "across steps" chart with the trial's flight windows among its
+    recorded steps: a trace named ``"flight window"`` (every step of each window, a dense
+    line in the flight recorder's red, broken between windows); ``figure`` as
+    ``figures.series_figure`` made it (changed in place and returned). ``aggregation``: the chart's (a batch aggregation is
+    of per-sample values; the window's are of the whole tensor, which the trace's name
+    says). Nothing changes without a frame or rows."""
+    if frame is None or len(frame) == 0 or not figure.get("data"):
+        return figure
+    steps = frame["training_step"].to_numpy(np.int64)
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], frame["value"].to_numpy(np.float64)[order]
+    whole = aggregation not in (None, "none")
+    trace = flight_trace(steps, values, statistic,
+                         name=FLIGHT_TRACE_NAME + (" (whole tensor)" if whole else ""))
+    trace["x"], trace["y"] = with_gaps(steps, values)
+    del trace["customdata"]  # a click on the chart selects a recorded step: not these
+    figure["data"].append(trace)
+    # no shaded rectangle: the page patches layout.shapes (its step marker) on its own
+    layout = figure.setdefault("layout", {})
+    layout["showlegend"] = True
+    layout.setdefault("legend", {"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left",
+                                 "yanchor": "bottom"})
+    margin = dict(layout.get("margin") or {})
+    margin["t"] = max(int(margin.get("t", 0)), 28)
+    layout["margin"] = margin
+    return figure
+
+
 def non_finite_trace(steps: Sequence[int] | np.ndarray, values: Sequence[float] | np.ndarray,
                      statistic: str) -> dict[str, Any] | None:
     """A red cross at each step of the window whose value is NaN or Inf (the line breaks

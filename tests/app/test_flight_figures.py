@@ -139,3 +139,38 @@ def test_an_unreadable_window_paints_nothing():
     assert paint.values == {} and paint.step == 3
     assert fd.window_tensors(empty, "value") == [] and fd.window_roles(empty) == []
     assert fd.tensor_node(empty, "x") is None
+
+
+def test_the_tensors_page_chart_gets_the_dense_windows(data):
+    from comgra_like.app import figures
+
+    current = {"trial": TRIAL, "node": "layer1", "role": "layer1", "recording_type": "forward",
+               "aggregation": "batch_mean", "training_step": 56, "iteration": 0,
+               "type_of_execution": "main_execution_type"}
+    frame = fd.tensors_page_series(data, current, "norm")
+    assert frame["training_step"].tolist() == list(range(15, 31)) + list(range(40, 56))
+    assert set(frame["trigger"]) == {SPIKE, NAN}
+    figure = figures.series_figure(data.read_series(current, "norm"), "norm", 56)
+    recorded = list(figure["data"])
+    ff.add_flight_window(figure, frame, "norm", "batch_mean")
+    assert figure["data"][:-1] == recorded  # the recorded steps' traces stay as they were
+    dense = figure["data"][-1]
+    assert dense["name"] == "flight window (whole tensor)"  # per-sample chart, whole tensor
+    assert dense["x"] == list(range(15, 31)) + [None] + list(range(40, 56))  # two windows
+    assert dense["y"][16] is None and dense["y"][-1] is None  # the gap, the NaN
+    assert "customdata" not in dense  # a click selects recorded steps only
+    assert figure["layout"]["showlegend"]
+    # a parameter's chart: the same number (no batch), its gradient too
+    param = {**current, "node": "net.0.weight", "role": "net.0.weight", "aggregation": "none"}
+    frame = fd.tensors_page_series(data, param, "norm")
+    assert len(frame) == 32
+    named = ff.add_flight_window(figures.series_figure(data.read_series(param, "norm"), "norm",
+                                                       56), frame, "norm", "none")
+    assert named["data"][-1]["name"] == "flight window"
+    grads = fd.tensors_page_series(data, {**param, "recording_type": "gradient:default"}, "mean")
+    assert len(grads) == 32 and grads["value"].iloc[:-1].notna().all()  # NaN at step 55
+    # nothing to add: one sample, a statistic no window row has, a trial without windows
+    assert fd.tensors_page_series(data, {**current, "aggregation": "sample:0"}, "norm") is None
+    assert fd.tensors_page_series(data, param, "update_ratio") is None
+    assert fd.tensors_page_series(data, {**current, "trial": "none"}, "norm") is None
+    assert ff.add_flight_window(recorded_figure := {"data": [1]}, None, "norm") is recorded_figure
