@@ -35,6 +35,7 @@ import torch
 
 from ..errors import ConfigurationError, FlightTriggerError
 from ..format import flight as ff
+from .flight_stats import BLOCK, batched_sums, derive
 from .module_io import tensor_version
 
 log = logging.getLogger("comgra_like")
@@ -42,8 +43,6 @@ log = logging.getLogger("comgra_like")
 #: Codes of a row's meaning, for the step's scalars (grad norm, update ratio, loss).
 _OTHER, _PARAM_VALUE, _PARAM_GRAD, _PARAM_UPDATE, _LOSS_VALUE, _LOSS_KPI = range(6)
 _MAD_TO_SIGMA = 1.4826
-_BLOCK = "block"  # the tag of a row of a batched block
-_SUM_CHUNK = 2**25  # values summed in one concatenation (a 128 MiB copy, 256 MiB float64)
 
 
 def _guarded(method):
@@ -356,7 +355,7 @@ class FlightRecorder:
                 self._settle(previous)
             return
         raw = (torch.cat(pieces) if len(pieces) > 1 else pieces[0]).tolist() if pieces else []
-        self._judge(_StepRecord(step, idx, _derive(rows, raw), sample_ids, {}))
+        self._judge(_StepRecord(step, idx, derive(rows, raw), sample_ids, {}))
 
     @_guarded
     def settle(self) -> None:
@@ -368,7 +367,7 @@ class FlightRecorder:
     def _settle(self, pending: tuple) -> None:
         step, idx, rows, host, event, sample_ids = pending
         event.synchronize()
-        self._judge(_StepRecord(step, idx, _derive(rows, host.tolist()), sample_ids, {}))
+        self._judge(_StepRecord(step, idx, derive(rows, host.tolist()), sample_ids, {}))
 
     # ----- statistics --------------------------------------------------------------------
 
@@ -437,47 +436,13 @@ class FlightRecorder:
         ts = [t for _, t in pairs]
         l2 = torch.stack(torch._foreach_norm(ts, 2))
         amax = torch.stack(torch._foreach_norm(ts, float("inf")))
-        sums = self._sums(ts)
+        sums = batched_sums(ts, self._ends)
         nan = torch.full_like(sums, float("nan"))
         self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
         for key, t in pairs:
-            self._rows.append((_BLOCK, self._block_rows, int(t.numel())))
+            self._rows.append((BLOCK, self._block_rows, int(t.numel())))
             self._rows_idx.append(key)
             self._block_rows += 1
-
-    def _sums(self, ts: list) -> torch.Tensor:
-        """The sum of each tensor with a few launches, not one per tensor (hundreds per
-        step on a GPT-2 made the GPU wait for the CPU): the tensors of a chunk of at most
-        ``_SUM_CHUNK`` values are concatenated, summed cumulatively in float64, and the
-        sums are the differences at the tensors' ends (no host synchronisation; the ends
-        are put on the device once per layout). A segmented reduction was tried first:
-        7.7 ms per call on an H100 and a host synchronisation each."""
-        groups, group, count = [], [], 0
-        for t in ts:
-            n = t.numel()
-            if group and count + n > _SUM_CHUNK:
-                groups.append(group)
-                group, count = [], 0
-            group.append(t)
-            count += n
-        if group:
-            groups.append(group)
-        out = []
-        for g in groups:
-            if len(g) == 1:
-                out.append(g[0].sum(dtype=torch.float64).reshape(1))
-                continue
-            sizes, dev = tuple(int(t.numel()) for t in g), g[0].device
-            ends = self._ends.get((sizes, dev))
-            if ends is None:  # a copy to the device, once per layout
-                if len(self._ends) > 16:  # a few layouts per model (roles with / without grad)
-                    self._ends.clear()
-                ends = self._ends[(sizes, dev)] = torch.tensor(
-                    np.cumsum(sizes) - 1, dtype=torch.int64, device=dev)
-            running = torch.cat([t.reshape(-1) for t in g]).cumsum(0, dtype=torch.float64)
-            at = running.index_select(0, ends)
-            out.append(torch.diff(at, prepend=at.new_zeros(1)))
-        return (torch.cat(out) if len(out) > 1 else out[0]).to(ts[0].dtype)
 
     def _keep(self, name: str, role: str, t: torch.Tensor, copied: bool) -> None:
         """Keep a full value for the full_steps ring, within the per-step share of
@@ -685,45 +650,3 @@ class FlightRecorder:
         seq = self._seq
         self._seq += 1
         return ff.write_window(self._trial_path, seq, self._rank, trigger, cols, full)
-
-
-def _derive(rows: list, raw: list) -> np.ndarray:
-    """The statistics of a step's rows from their reductions, for all rows at once.
-
-    A row is a tuple of 7 numbers (reduced on the CPU, or a KPI given as a number: sum,
-    sum of squares, min, max, NaN count, Inf count, numel), a GPU row ``(its 6 0-dim
-    reductions, None, numel)`` whose numbers are in ``raw``, or ``(_BLOCK, i, numel)``, a
-    row of a batched block. ``raw``: the stacked GPU rows' reductions (6 each), then the
-    blocks (6 per row). mean = sum / n, L2 = sqrt(sum of squares), std from both
-    (population), abs max = max(max, -min)."""
-    m = len(rows)
-    if not raw:  # the CPU: every row is its numbers already
-        red = np.array(rows, np.float64).reshape(m, 7)
-    else:
-        red = np.zeros((m, 7), np.float64)
-        n_blocks = sum(1 for r in rows if r[0] is _BLOCK)
-        n_single = len(raw) - 6 * n_blocks
-        pos = 0
-        for i, row in enumerate(rows):
-            if row[0] is _BLOCK:
-                at = n_single + 6 * row[1]
-                red[i, :6] = raw[at:at + 6]
-                red[i, 6] = row[2]
-            elif type(row[0]) is tuple:
-                red[i, :6] = raw[pos:pos + 6]
-                red[i, 6] = row[2]
-                pos += 6
-            else:
-                red[i] = row
-    out = np.empty((m, len(ff.STATISTICS)), np.float64)
-    with np.errstate(all="ignore"):
-        n = red[:, 6]
-        mean = red[:, 0] / n
-        var = red[:, 1] / n - mean * mean
-        out[:, 0] = mean
-        out[:, 1] = np.where(var > 0, np.sqrt(np.abs(var)), np.where(np.isnan(var), var, 0.0))
-        low, high = red[:, 2], red[:, 3]
-        out[:, 2] = np.where(np.isnan(low) | np.isnan(high), np.nan, np.fmax(high, -low))
-        out[:, 3] = np.sqrt(red[:, 1])
-        out[:, 4:6] = red[:, 4:6]
-    return out

@@ -325,12 +325,12 @@ def test_predicate_and_cooldown(tmp_path):
 def test_sums_of_many_tensors_in_chunks_equal_their_own_sums(monkeypatch):
     """The batched sums (concatenation, float64 running sum, differences at the ends),
     also split into chunks, equal each tensor's sum."""
-    from comgra_like.record import flight as flight_module
+    from comgra_like.record import flight_stats
 
     gen = torch.Generator().manual_seed(3)
     ts = [torch.randn(n, generator=gen) * 100 for n in (50, 70, 300, 1, 20, 7)]
     want = torch.stack([t.sum() for t in ts])
     for chunk in (100, 2**25):
-        monkeypatch.setattr(flight_module, "_SUM_CHUNK", chunk)
-        got = FlightRecorder()._sums(ts)
+        monkeypatch.setattr(flight_stats, "SUM_CHUNK", chunk)
+        got = flight_stats.batched_sums(ts, {})
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), chunk

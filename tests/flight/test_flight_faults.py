@@ -75,6 +75,7 @@ def test_watch_nan_at_a_random_step_and_module_is_found_there(tmp_path):
         ("non_finite", step, node)]
     group = open_group(tmp_path)
     (trigger,) = group.list_flight_triggers("nan")
+    assert (trigger.step, trigger.node) == (step, node)
     rows = group.read_flight("nan")
     # the window holds the steps before it for every tensor: parameters (value,
     # gradient, update) and every module's output and gradient

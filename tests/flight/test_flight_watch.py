@@ -41,7 +41,7 @@ def test_watch_flight_catches_a_nan_between_recorded_steps(tmp_path):
     threads = torch.get_num_threads()
     try:
         fr = FlightRecorder(window=16)
-        _, handle = _loop(tmp_path, "w", 80, fr, nan_param_at=57)
+        _loop(tmp_path, "w", 80, fr, nan_param_at=57)
         # the NaN input at step 57 makes the output NaN, then every gradient and update
         assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 57)]
         # the first module whose output is NaN, named as watch names it
