@@ -27,6 +27,7 @@ from .. import compare_data as data_of
 from .. import compare_figures as cf
 from .. import ids
 from .. import selection as sel
+from ..controls.shown import if_changed
 from ..graph_figure import build_graph_figure
 from ..parts import AppParts
 from . import modules
@@ -170,7 +171,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             {"label": k, "value": k} for k in keys]
         summary = (f"{len(rows)} of {len(frame)} trials" if search else
                    f"{len(frame)} trials") + " · tick trials to compare them"
-        return rows, columns if columns != shown_columns else no_update, summary, options
+        return rows, if_changed(columns, shown_columns), summary, options
 
     @app.callback(
         Output(QUANTITY, "options"), Output(QUANTITY, "value"), Output(STATISTIC, "disabled"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html, no_update
+from dash import Input, Output, dcc, html
 
 from comgra_like.errors import ComgraError
 
 from .. import figures, ids
+from ..controls.shown import nothing, unchanged
 from ..parts import AppParts
 from .page import Page
 
@@ -64,8 +65,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             return html.P(str(exc), className="text-danger"), None
         last = float(frame["wall_time"].max()) if len(frame) else None
         key = [trial, len(frame), last]
-        if key == shown:
-            return no_update, no_update
+        if unchanged(key, shown):
+            return nothing(2)
         return kpi_graphs(frame), key
 
 

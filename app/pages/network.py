@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html, no_update
+from dash import Input, Output, dcc, html
 
 from comgra_like.errors import ComgraError
 
 from .. import figures, ids
+from ..controls.shown import nothing, unchanged
 from ..parts import AppParts
 from .page import Page
 
@@ -112,8 +113,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         except ComgraError as exc:
             return html.P(str(exc), className="text-danger"), None
         key = [trial, repr(modules)]
-        if key == shown:
-            return no_update, no_update
+        if unchanged(key, shown):
+            return nothing(2)
         return network_table(modules), key
 
 

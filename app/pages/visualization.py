@@ -6,10 +6,11 @@ import time
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html, no_update
+from dash import Input, Output, dcc, html
 
 from .. import ids
 from .. import selection as sel
+from ..controls.shown import nothing, unchanged
 from ..data import AppData
 from ..parts import AppParts
 from ..plugin import VisualizationContext
@@ -81,8 +82,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def show_visualization(selection: dict | None, status: Any, shown: Any) -> tuple:
         current = (selection or {}).get("current") or {}
         key = [current, plugin.mtime(), data.trial_version(current.get("trial"))]
-        if key == shown:
-            return no_update, no_update
+        if unchanged(key, shown):
+            return nothing(2)
         started = time.perf_counter()
         content = plugin.render(context_for(data, current))
         parts.timings.record("plugin", time.perf_counter() - started)

@@ -17,6 +17,7 @@ from comgra_like.query import flow_serving
 from ... import flow_edits as fe
 from ... import flow_figures as ff
 from ... import other_trials
+from ...controls.shown import nothing, unchanged
 from ...figures import empty_figure
 from .data import FlowData
 from .layout import DEFAULT_SLIDER, MAX_UNITS_CHOICES, RUN
@@ -83,8 +84,8 @@ def lists_view(reads: FlowData, trial: str | None, origin: str | None, step: int
                 + other_trials.hint(other_trials.with_flows(reads.data), trial, "flows"))
     key = [trial, [f.record_id for f in every], [(p.probe_id, p.status) for p in probes],
            origin, step, chain, before, text]
-    if key == shown:
-        return (no_update,) * 9
+    if unchanged(key, shown):
+        return nothing(9)
     step_options = [{"label": "—" if s is None else str(s), "value": s} for s in steps]
     return (entries, origin, step_options, step, chain_options, chain, before, text, key)
 

@@ -13,6 +13,7 @@ from comgra_like.vocabulary import ANY_TYPE
 
 from ... import ids, metric_data, other_trials
 from ... import metric_figures as mfig
+from ...controls.shown import unchanged
 from ...natural import natural_sorted
 from ...parts import AppParts
 from .choices import rank_for, shown_modules, trials_of
@@ -72,7 +73,7 @@ def register_card_callbacks(app: dash.Dash, parts: AppParts) -> None:
             cards = [html.Div(reason, className="alert alert-secondary metrics-empty")]
             key = ["empty", reason]
             return (overlay_options, [], [], [], no_update, "",
-                    cards if key != shown else no_update, key)
+                    no_update if unchanged(key, shown) else cards, key)
         every = [f for f in listings.values() if f is not None and not f.empty]
         names: list[str] = []
         modules: list[str] = []
@@ -103,7 +104,7 @@ def register_card_callbacks(app: dash.Dash, parts: AppParts) -> None:
                    if len(wanted) > MAX_FIGURES else "")
                 + " · markers: the steps each metric was computed at · click a point to open "
                   "that step and module · a spectrum shows the step hovered on its left")
-        cards = [card(m, vectors[m]) for m in drawn] if key != shown else no_update
+        cards = no_update if unchanged(key, shown) else [card(m, vectors[m]) for m in drawn]
         parts.timings.record("metrics.cards", time.perf_counter() - started)
         return (overlay_options, [{"label": m, "value": m} for m in modules],
                 [{"label": m, "value": m} for m in names], executions, execution, info, cards,

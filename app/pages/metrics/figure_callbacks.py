@@ -14,6 +14,7 @@ from ... import ids, metric_data
 from ... import metric_figures as mfig
 from ... import metric_groups as mg
 from ... import selection as sel
+from ...controls.shown import nothing, unchanged
 from ...figures import empty_figure
 from ...natural import natural_sorted
 from ...parts import AppParts
@@ -70,8 +71,8 @@ def register_figure_callbacks(app: dash.Dash, parts: AppParts) -> None:
         window = window_of(window)
         key = [[[t, *metric_data.data_version(data, t)] for t in trials], modules,
                execution, window, how, log, rank, search, view]
-        if key == shown:
-            return no_update, no_update, no_update
+        if unchanged(key, shown):
+            return nothing(3)
         frames = frames_of(data, trials, metric, execution, rank)
         every = natural_sorted(o["value"] for o in module_options or [])
         drawn = shown_modules(module_options, modules, search)

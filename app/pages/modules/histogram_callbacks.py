@@ -12,6 +12,7 @@ from dash import MATCH, Input, Output, State, html, no_update
 from ... import ids, module_data, module_sharing
 from ... import module_figures as mf
 from ...controls.rank_selector import MERGED
+from ...controls.shown import nothing, unchanged
 from ...figures import empty_figure
 from ...parts import AppParts
 from ...plot_text import plot_text
@@ -85,8 +86,8 @@ def register_histogram_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trials = [trial] + ([compare] if compare not in (None, NO_TRIAL, trial) else [])
         key = [[[t, *module_data.data_version(data, t)] for t in trials if t], module, what,
                role, groups, mode, execution, log, rank]
-        if key == shown or trial is None:
-            return (no_update,) * 7
+        if unchanged(key, shown) or trial is None:
+            return nothing(7)
         frames = per_rank({t: module_data.histograms(data, t, module,
                                                       rank_for(rank, data.ranks(t)))
                             for t in trials})

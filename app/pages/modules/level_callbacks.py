@@ -15,6 +15,7 @@ from comgra_like.vocabulary import ANY_TYPE
 from ... import ids, module_data, module_sharing, other_trials
 from ... import module_figures as mf
 from ... import selection as sel
+from ...controls.shown import if_changed, nothing, unchanged
 from ...figures import empty_figure
 from ...parts import AppParts
 from ..tensors import PATH as TENSORS_PATH
@@ -90,8 +91,7 @@ def register_level_callbacks(app: dash.Dash, parts: AppParts) -> None:
         # arrives before this level's options)
         offered = [o.get("value") for o in options or ()]
         missing = [{"label": m, "value": m} for m in new["picked"] if m not in offered]
-        return (new if new != view else no_update,
-                new["picked"] if new["picked"] != (picked or []) else no_update,
+        return (if_changed(new, view), if_changed(new["picked"], picked or []),
                 list(options or []) + missing if missing else no_update)
 
     @app.callback(
@@ -128,8 +128,8 @@ def register_level_callbacks(app: dash.Dash, parts: AppParts) -> None:
         key = [trial, list(module_data.data_version(data, trial)) if trial else None,
                view.get("parent"), view.get("picked"),
                shown_fields.get("training_step"), trials, execution]
-        if key == shown:
-            return (no_update,) * 9
+        if unchanged(key, shown):
+            return nothing(9)
         compare = [{"label": "none", "value": NO_TRIAL}] + [
             {"label": t, "value": t} for t in trials if t != trial]
         types = data.types_of_execution(trial) if trial else ()

@@ -14,6 +14,7 @@ from comgra_like import vocabulary as vocab
 
 from ... import figures, ids, views
 from ... import selection as sel
+from ...controls.shown import if_changed, nothing, unchanged
 from ...graph_figure import build_graph_figure, highlight_updates, paint_updates
 from ...parts import AppParts
 from .data import build_paint
@@ -62,17 +63,15 @@ def register_graph_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if trial is None or step is None or iteration is None:
             message = "no recorded steps yet" if trial else "no trials yet"
             key = {"graph": None, "message": message}
-            if shown == key:
-                return no_update, no_update, no_update
+            if unchanged(key, shown):
+                return nothing(3)
             return figures.empty_figure(message), key, None
         model = views.graph_model(data, trial, step, iteration)
         if model is None:
             key = {"graph": None, "message": "graph not written yet"}
-            return (
-                (figures.empty_figure("the graph of this step is not written yet"), key, None)
-                if shown != key
-                else (no_update, no_update, no_update)
-            )
+            if unchanged(key, shown):
+                return nothing(3)
+            return figures.empty_figure("the graph of this step is not written yet"), key, None
         graph_key = [model.graph_hash, iteration]
         node, role = current.get("node"), current.get("role")
         key: dict[str, Any] = {"graph": graph_key, "node": node, "role": role}
@@ -84,8 +83,8 @@ def register_graph_callbacks(app: dash.Dash, parts: AppParts) -> None:
             key["paint"] = {"what": what, "step": step, "version": data.trial_version(trial)}
         # what the figure shows: the browser draws a clicked node itself (comgra.graphClick)
         highlight = {"hash": model.graph_hash, "node": node, "role": role}
-        if shown == key and drawn == highlight:
-            return no_update, no_update, no_update
+        if unchanged(key, shown) and unchanged(highlight, drawn):
+            return nothing(3)
         same_figure = (
             shown
             and shown.get("graph") == graph_key
@@ -110,7 +109,7 @@ def register_graph_callbacks(app: dash.Dash, parts: AppParts) -> None:
                 target[path[-1]] = value
             timings.record("graph_paint" if paint is not None else "graph_patch",
                            time.perf_counter() - started)
-            return patch, key, highlight if drawn != highlight else no_update
+            return patch, key, if_changed(highlight, drawn)
         paint = build_paint(data, current, statistic, what[1]) if painting else None
         figure = build_graph_figure(
             model,
@@ -154,11 +153,7 @@ def register_graph_callbacks(app: dash.Dash, parts: AppParts) -> None:
         with_values = [t for t in types if table.has_values(t, aggregation)]
         value = chosen if chosen in with_values else (with_values or types or [chosen])[0]
         options = [{"label": sel.option_label("recording_type", t), "value": t} for t in types]
-        return (
-            options if options != listed else no_update,
-            value if value != chosen else no_update,
-            False,
-        )
+        return if_changed(options, listed), if_changed(value, chosen), False
 
     @app.callback(
         Output(PLAY_TICK, "disabled"),

@@ -8,12 +8,13 @@ import time
 from typing import Any
 
 import dash
-from dash import Input, Output, Patch, no_update
+from dash import Input, Output, Patch
 
 from comgra_like.errors import ComgraError
 
 from ... import figures, ids, selectors
 from ... import selection as sel
+from ...controls.shown import nothing, unchanged
 from ...parts import AppParts
 from .data import live_version
 from .layout import VIEW_HEIGHT
@@ -37,8 +38,8 @@ def register_value_callbacks(app: dash.Dash, parts: AppParts) -> None:
         started = time.perf_counter()
         current = (selection or {}).get("current") or {}
         key = [current, live_version(data, current), rank]
-        if key == shown:
-            return no_update, no_update, no_update, no_update
+        if unchanged(key, shown):
+            return nothing(4)
         info = (
             data.steps(current.get("trial")).get(current.get("training_step"))
             if current.get("trial")
@@ -101,8 +102,8 @@ def register_value_callbacks(app: dash.Dash, parts: AppParts) -> None:
             "step": step,
             "rank": rank,
         }
-        if key == shown:
-            return no_update, no_update
+        if unchanged(key, shown):
+            return nothing(2)
         if shown and {k: v for k, v in shown.items() if k != "step"} == {
             k: v for k, v in key.items() if k != "step"
         }:
