@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from ..errors import ComgraError, ConfigurationError
 from ..record.watching import watch
 
@@ -109,3 +111,40 @@ def before_clipping(handle) -> None:
         call()
     except Exception as e:  # noqa: BLE001 - never into training
         log.warning("comgra_like: the gradient norm before clipping was not recorded: %s", e)
+
+
+def run_closure_first(optimizer: torch.optim.Optimizer):
+    """A step pre-hook on ``optimizer`` for loops that hand the forward and backward to
+    ``optimizer.step(closure)`` (Lightning's automatic optimization outside a loss
+    scaler): it runs the closure before the step's other pre-hooks that come after it,
+    so that they (watch()'s optimizer recording) see the gradients the step uses, and
+    hands the step a closure whose first call returns that loss; further calls (LBFGS)
+    run the closure again. The same computations in the same order: training is
+    bitwise the same. Returns the hook's handle."""
+
+    def pre(opt, args, kwargs):
+        closure = kwargs.get("closure")
+        if closure is None and args:
+            closure = args[0]
+        if not callable(closure):
+            return None
+        with torch.enable_grad():  # as the optimizers call it
+            loss = closure()
+        calls = [0]
+
+        def closure_again() -> Any:
+            calls[0] += 1
+            return loss if calls[0] == 1 else closure()
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_again}
+        return (closure_again, *args[1:]), kwargs
+
+    return optimizer.register_step_pre_hook(pre)
+
+
+def remove_all(handles: list) -> None:
+    """Remove hook handles (and empty the list)."""
+    for h in handles:
+        h.remove()
+    handles.clear()

@@ -13,7 +13,14 @@ from typing import Any
 import torch
 
 from ..errors import ConfigurationError
-from .callbacks import before_clipping, check_arguments, plain_config, start_watch
+from .callbacks import (
+    before_clipping,
+    check_arguments,
+    plain_config,
+    remove_all,
+    run_closure_first,
+    start_watch,
+)
 
 log = logging.getLogger("comgra_like")
 
@@ -50,6 +57,7 @@ class LightningRecording:
         self.handle = None
         self._called = False
         self._probe = None
+        self._closure_hooks: list = []
         self._checked = False
 
     # ----- Lightning's hooks ------------------------------------------------------------
@@ -64,6 +72,10 @@ class LightningRecording:
             dict(pl_module.hparams))
         optimizers = [o for o in trainer.optimizers if isinstance(o, torch.optim.Optimizer)]
         scaler = getattr(trainer.precision_plugin, "scaler", None)
+        # Lightning runs the forward and backward as optimizer.step()'s closure, after the
+        # step's pre-hooks: run it first, so that watch()'s optimizer hooks (registered
+        # after this one) see the gradients the step uses
+        self._closure_hooks = [run_closure_first(o) for o in optimizers]
         self.handle = start_watch(target, path, self.log_freq, self.metrics, config,
                                   self.flight_recorder, optimizers, scaler,
                                   self.watch_kwargs)
@@ -109,6 +121,7 @@ class LightningRecording:
         if self._probe is not None:
             self._probe.remove()
             self._probe = None
+        remove_all(self._closure_hooks)
         if self.handle is not None and self.handle.watching:
             try:
                 self.handle.unwatch()
