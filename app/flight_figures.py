@@ -318,3 +318,41 @@ def next_step(steps: Sequence[int], current: int | None) -> int | None:
         return steps[0]
     i = steps.index(current)
     return steps[i + 1] if i + 1 < len(steps) else None
+
+
+def step_summary(rows: pd.DataFrame, step: int, statistic: str, role: str,
+                 limit: int = 4) -> str:
+    """One line naming what the painted graph shows at ``step`` by name (a graph of many
+    nodes is drawn without labels): the tensors with a NaN or Inf there, in the order
+    the step computed them, and those whose statistic changed most since the step
+    before (as a factor)."""
+    column = _column(statistic)
+    if rows is None or rows.empty or column not in rows.columns:
+        return ""
+    part = rows[rows["role"] == role].sort_values(["training_step", "order"], kind="stable")
+    now = part[part["training_step"] == step].drop_duplicates("name")
+    if now.empty:
+        return f"step {step}: no {ROLE_LABELS.get(role, role)} rows"
+    stats = now[["mean", "std", "abs_max", "l2_norm"]].to_numpy(np.float64)
+    counts = np.nan_to_num(now[["nan_count", "inf_count"]].to_numpy(np.float64))
+    bad = (~np.isfinite(stats)).any(axis=1) | (counts > 0).any(axis=1)
+    out = []
+    names = now["name"].astype(str).tolist()
+    if bad.any():
+        shown = [n for n, b in zip(names, bad) if b]
+        more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
+        out.append(f"NaN/Inf in {len(shown)}: " + ", ".join(shown[:limit]) + more)
+    before = part[part["training_step"] == step - 1].drop_duplicates("name").set_index("name")
+    if len(before):
+        prev = before[column].reindex(names).to_numpy(np.float64)
+        cur = now[column].to_numpy(np.float64)
+        with np.errstate(all="ignore"):
+            factor = np.abs(cur) / np.abs(prev)
+        ok = np.isfinite(factor) & (factor > 0)
+        if ok.any():
+            change = np.where(ok, np.abs(np.log(np.where(ok, factor, 1.0))), -1.0)
+            top = [i for i in np.argsort(-change, kind="stable")[:limit] if change[i] > 0]
+            if top:
+                out.append(f"{statistic_label(statistic)} changed most since step {step - 1}: "
+                           + ", ".join(f"{names[i]} ×{factor[i]:.3g}" for i in top))
+    return " · ".join(out)

@@ -50,6 +50,7 @@ PLAY = "flight-play"
 PLAY_TICK = "flight-play-tick"
 GRAPH = "flight-graph"
 GRAPH_NOTE = "flight-graph-note"
+STEP_SUMMARY = "flight-step-summary"
 KEY = "flight-key"
 CHART_KEY = "flight-chart-key"
 GRAPH_KEY = "flight-graph-key"
@@ -136,6 +137,7 @@ def layout() -> html.Div:
                         className="d-flex align-items-center mb-1",
                     ),
                     html.Div(id=GRAPH_NOTE, className="text-muted small"),
+                    html.Div(id=STEP_SUMMARY, className="small flight-step-summary"),
                     dcc.Graph(id=GRAPH, config={"displaylogo": False},
                               style={"height": f"{GRAPH_HEIGHT_PX}px"}),
                     dcc.Interval(id=PLAY_TICK, interval=PLAY_MS, disabled=True),
@@ -394,6 +396,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(GRAPH, "figure"),
         Output(GRAPH_NOTE, "children"),
         Output(STEP_TEXT, "children"),
+        Output(STEP_SUMMARY, "children"),
         Output(GRAPH_KEY, "data"),
         Input(TRIGGER, "value"),
         Input(ROLE, "value"),
@@ -407,13 +410,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         trial = current_trial(selection)
         trigger = fd.pick_trigger(fd.triggers(data, trial), name) if name else None
         if trigger is None or not role or not statistic or step is None:
-            return empty_figure("", GRAPH_HEIGHT_PX), "", "", None
+            return empty_figure("", GRAPH_HEIGHT_PX), "", "", "", None
         step_text = f"step {step}" + (" · the trigger" if step == trigger.step else "")
+        rows = fd.window_rows(data, trial, name)
+        summary = ff.step_summary(rows, step, statistic, role)
         graph_step, model = fd.window_graph(data, trial, trigger)
         if model is None:
             return (empty_figure("no recorded dependency graph in this trial",
-                                 GRAPH_HEIGHT_PX), "", step_text, None)
-        rows = fd.window_rows(data, trial, name)
+                                 GRAPH_HEIGHT_PX), "", step_text, summary, None)
         what = [trial, name, role, statistic, model.graph_hash]
         scale = data.cached(("flight_scale", trial, name, role, statistic),
                             lambda: ff.window_scale(rows, statistic, role) or False) or None
@@ -421,21 +425,21 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         key = {"what": what, "step": step}
         if shown and shown.get("what") == what:
             if shown.get("step") == step:
-                return no_update, no_update, step_text, no_update
+                return no_update, no_update, step_text, summary, no_update
             patch = Patch()
             for trace, path, value in paint_updates(model, paint):
                 target = patch["data"][trace]
                 for part in path[:-1]:
                     target = target[part]
                 target[path[-1]] = value
-            return patch, no_update, step_text, key
+            return patch, no_update, step_text, summary, key
         note = (f"The dependency graph of recorded step {graph_step}, painted with the "
                 f"window's {ff.statistic_label(statistic)} of the "
                 f"{ff.ROLE_LABELS.get(role, role)} at each step (one colour scale for "
                 "the whole window; red: NaN/Inf; grey: no data).")
         figure = build_graph_figure(model, width_px=GRAPH_WIDTH_PX, height_px=GRAPH_HEIGHT_PX,
                                     paint=paint)
-        return figure, note, step_text, key
+        return figure, note, step_text, summary, key
 
     @app.callback(
         Output(SLIDER, "value", allow_duplicate=True),

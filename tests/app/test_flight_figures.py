@@ -174,3 +174,17 @@ def test_the_tensors_page_chart_gets_the_dense_windows(data):
     assert fd.tensors_page_series(data, param, "update_ratio") is None
     assert fd.tensors_page_series(data, {**current, "trial": "none"}, "norm") is None
     assert ff.add_flight_window(recorded_figure := {"data": [1]}, None, "norm") is recorded_figure
+
+
+def test_step_summary_names_what_the_painted_graph_shows(data):
+    rows = fd.window_rows(data, TRIAL, NAN)
+    text = ff.step_summary(rows, 55, "norm", "value")
+    assert text.startswith("NaN/Inf in 6: layer1, relu1, layer2, relu2 and 2 more")
+    assert "changed most since step 54" in text
+    assert "NaN" not in ff.step_summary(rows, 50, "norm", "value")
+    assert ff.step_summary(rows, 40, "norm", "value") == ""  # the window's first step
+    spike = ff.step_summary(fd.window_rows(data, TRIAL, SPIKE), 30, "norm", "gradient")
+    assert spike.startswith("L2 norm changed most since step 29: ")
+    factors = [float(p.rsplit("×", 1)[1]) for p in spike.split(": ", 1)[1].split(", ")]
+    assert len(factors) == 4 and min(factors) > 10  # the bad batch: gradients ×10 and more
+    assert ff.step_summary(rows, 99, "norm", "value") == "step 99: no value rows"
