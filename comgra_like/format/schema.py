@@ -78,7 +78,10 @@ KPIS_SCHEMA = pa.schema(
 )
 
 # watch(): one histogram per (step, iteration, module invocation, role, recording type,
-# what). ``what``: io, io_grad (of the per-sample l2 norms), params, params_grad. The
+# what). ``module`` is the module invocation (``model.fc1``, ``model.block#1``; older
+# files call it ``node``, see OLD_COLUMN_NAMES), ``time`` the step's ``time_log`` value
+# (watch()'s x axis, by default the step; not a wall time). ``what``: io, io_grad (of
+# the per-sample l2 norms), params, params_grad. The
 # bins are ``len(counts)`` equal bins from ``lo`` to ``hi`` (the last one includes
 # ``hi``); ``vmin``/``vmax`` are the extremes of all values before sampling and outlier
 # rejection; ``n`` the number of values counted.
@@ -88,7 +91,7 @@ HISTOGRAMS_SCHEMA = pa.schema(
         ("training_step", pa.int64()),
         ("type_of_execution", _dict_str),
         ("iteration", pa.int32()),
-        ("node", _dict_str),
+        ("module", _dict_str),
         ("role", _dict_str),
         ("recording_type", _dict_str),
         ("what", _dict_str),
@@ -132,7 +135,7 @@ METRICS_SCHEMA = pa.schema(
         ("backward_pass", pa.int32()),
         ("value", pa.float64()),
         ("vector", pa.list_(pa.float64())),
-        ("time", pa.float64()),
+        ("wall_time", pa.float64()),
     ]
 )
 
@@ -144,6 +147,44 @@ SCHEMAS = {STEPS: STEPS_SCHEMA, TENSORS: TENSORS_SCHEMA, KPIS: KPIS_SCHEMA,
 #: Every table written as shards (compacted alike): ``layout.TABLES`` and the notes,
 #: whose rows stay in the order the notes were taken.
 SHARD_SCHEMAS = {**SCHEMAS, NOTES_DIR: NOTES_SCHEMA}
+
+#: One word per thing in every table (docs/FORMAT.md, "Vocabulary"): ``wall_time`` for a
+#: row's wall-clock (unix) time (steps, kpis, notes, metrics; ``time`` is only the
+#: histograms' ``time_log`` value, which is no wall time), ``module`` for a module
+#: (invocation) of watch() and the metrics (``node`` is a node of the recorded graph, in
+#: the tensors table). Files written before the words were settled use these older
+#: names; readers accept both (:func:`current_names`), writers write the current ones.
+OLD_COLUMN_NAMES: dict[str, dict[str, str]] = {
+    HISTOGRAMS: {"node": "module"},
+    METRICS: {"time": "wall_time"},
+}
+
+
+def current_names(table: pa.Table, kind: str) -> pa.Table:
+    """``table`` (a file of the table ``kind``) with the column names of older files
+    (:data:`OLD_COLUMN_NAMES`) replaced by the current ones; unchanged when it has
+    none of them."""
+    old = OLD_COLUMN_NAMES.get(kind)
+    names = table.column_names
+    if not old or not any(n in old and old[n] not in names for n in names):
+        return table
+    return table.rename_columns([old[n] if n in old and old[n] not in names else n
+                                 for n in names])
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the columns of ``schema`` in its order and types (a column the
+    table lacks is null; others are left out), as ``pq.read_table(schema=...)`` gives."""
+    columns = []
+    for f in schema:
+        index = table.schema.get_field_index(f.name)
+        if index < 0:
+            columns.append(pa.nulls(table.num_rows, f.type))
+            continue
+        column = table.column(index)
+        columns.append(column if column.type == f.type else column.cast(f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
 
 #: The rank that recorded a row (0 in a single-process recording), the second column of
 #: every shard file. Added by the shard writer, so the builders of rows need not know it;
@@ -185,7 +226,7 @@ SORT_KEYS = {
         ("training_step", "ascending"),
         ("iteration", "ascending"),
         ("what", "ascending"),
-        ("node", "ascending"),
+        ("module", "ascending"),
         ("role", "ascending"),
         ("recording_type", "ascending"),
     ],

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from ..errors import ConfigurationError, StorageError
 from ..format.files import files_for
 from ..format.layout import METRICS, TrialLayout, shard_rank
-from ..format.schema import RANK, SCHEMAS
+from ..format.schema import RANK, SCHEMAS, conform, current_names
 from .listing import GroupListing, live_now
 
 #: The columns of ``Group.read_metrics``, in this order.
@@ -28,6 +28,9 @@ METRIC_COLUMNS = ["training_step", "type_of_execution", "module", "module_class"
 #: The columns of ``Group.list_metrics``.
 LIST_COLUMNS = ["module", "module_class", "metric", "n_points"]
 _SORT = ["metric", "module", "training_step", "backward_pass"]
+#: The file's name of a column of ``read_metrics`` where they differ (docs/FORMAT.md,
+#: "Vocabulary": the files say ``wall_time``; the read keeps ``time``).
+FILE_COLUMN = {"time": "wall_time"}
 
 
 class MetricsIndex:
@@ -72,7 +75,9 @@ class MetricsIndex:
         parts = []
         for name in names:
             try:
-                part = self.files.read_parquet(folder / name, schema=SCHEMAS[METRICS])
+                # older files' column names read as the current ones
+                part = conform(current_names(self.files.read_parquet(folder / name), METRICS),
+                               SCHEMAS[METRICS])
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
                 self._shards[trial_id] = tuple(live_now(self.files, folder))
@@ -140,7 +145,7 @@ def read_metrics(index: MetricsIndex, trial_id: str, *, ranks: list[int],
             columns[name] = [None if v is None else np.asarray(v, dtype=np.float64)
                              for v in table.column(name).to_pylist()]
         else:
-            columns[name] = _plain(table, name)
+            columns[name] = _plain(table, FILE_COLUMN.get(name, name))
     frame = pd.DataFrame(columns, columns=names)
     return frame.sort_values(_SORT + ([RANK] if with_rank else []),
                              kind="stable").reset_index(drop=True)

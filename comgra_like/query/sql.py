@@ -50,6 +50,7 @@ from ..format.layout import (
 )
 from ..format.schema import (
     FILE_SCHEMAS,
+    OLD_COLUMN_NAMES,
     RANK,
     RANK_FIELD,
     SCHEMA_VERSION,
@@ -297,8 +298,11 @@ class GroupFiles:
         try:
             schema = self.files.parquet_metadata(location).schema.to_arrow_schema()
             expected = SHARD_SCHEMAS.get(table)
+            # a column under its older name (format/schema.py OLD_COLUMN_NAMES) is there
+            renamed = OLD_COLUMN_NAMES.get(table, {})
+            present = {renamed.get(n, n) for n in schema.names}
             missing = ([] if expected is None
-                       else [n for n in expected.names if n not in schema.names])
+                       else [n for n in expected.names if n not in present])
             if missing:
                 problem = f"not a {table} shard (no column {', '.join(missing)})"
         except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
@@ -454,8 +458,18 @@ class GroupSQL:
             # the legacy notes) the rank in the file's name, 0 without one.
             from_name = (f"TRY_CAST(regexp_extract(parse_filename({_FILE_COLUMN}), "
                          f"'^(?:part|compact)-r([0-9]+)-', 1) AS INTEGER)")
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE ({_FILE_COLUMN}) "
-                        f"REPLACE (CAST(coalesce({RANK}, {from_name}, 0) AS INTEGER) AS {RANK}) "
+            excluded = [_FILE_COLUMN]
+            replaced = [f"CAST(coalesce({RANK}, {from_name}, 0) AS INTEGER) AS {RANK}"]
+            old = OLD_COLUMN_NAMES.get(table, {})
+            if old:
+                # Older files name some columns otherwise (format/schema.py): the view has
+                # the current names, filled from the old ones in those files.
+                con.register(f"__comgra_old_{table}", _old_columns(table))
+                parts.append(f"SELECT * FROM __comgra_old_{table}")
+                excluded += list(old)
+                replaced += [f"coalesce({new}, {name}) AS {new}" for name, new in old.items()]
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE "
+                        f"({', '.join(excluded)}) REPLACE ({', '.join(replaced)}) "
                         "FROM (" + " UNION ALL BY NAME ".join(parts) + ")")
 
     def _dataset(self, table: str, shards: list[_Shard]) -> pads.Dataset:
@@ -638,6 +652,16 @@ def _empty(table: str) -> pa.Table:
         schema = pa.schema([("trial_id", pa.string()), RANK_FIELD])
     fields = [pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
               for f in schema]
+    return pa.schema([*fields, pa.field(_FILE_COLUMN, pa.string())]).empty_table()
+
+
+def _old_columns(table: str) -> pa.Table:
+    """An empty table with the older names of a table's columns (``OLD_COLUMN_NAMES``,
+    the types of the current ones) and the file-name column: every view has them, so
+    that it can fill the current columns from them."""
+    empty = _empty(table).schema
+    fields = [pa.field(name, empty.field(new).type)
+              for name, new in OLD_COLUMN_NAMES.get(table, {}).items()]
     return pa.schema([*fields, pa.field(_FILE_COLUMN, pa.string())]).empty_table()
 
 

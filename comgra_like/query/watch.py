@@ -27,7 +27,7 @@ from ..format.layout import (
     TrialLayout,
     shard_rank,
 )
-from ..format.schema import RANK, SCHEMAS
+from ..format.schema import RANK, SCHEMAS, conform, current_names
 from .listing import GroupListing, live_now
 
 #: what a histogram is of (the ``what`` column)
@@ -36,8 +36,12 @@ WHATS = ("io", "io_grad", "params", "params_grad")
 HISTOGRAM_COLUMNS = ["training_step", "type_of_execution", "iteration", "node", "role",
                      "recording_type", "what", "time", "lo", "hi", "counts", "n", "vmin",
                      "vmax", "shared_with", "recorded_as"]
-#: The columns the histograms table stores (the last two are added by the reads).
+#: The columns of the reads that come from the histograms table (the last two are added
+#: by the reads).
 STORED_COLUMNS = HISTOGRAM_COLUMNS[:-2]
+#: The files' names of the reads' columns where they differ: the files say ``module``
+#: (docs/FORMAT.md, "Vocabulary"); the reads keep the names they always had.
+FILE_COLUMN = {"node": "module"}
 _PARAM_WHATS = ("params", "params_grad")
 
 
@@ -101,7 +105,9 @@ class WatchIndex:
         parts = []
         for name in names:
             try:
-                part = self.files.read_parquet(folder / name, schema=SCHEMAS[table])
+                # older files' column names read as the current ones
+                part = conform(current_names(self.files.read_parquet(folder / name), table),
+                               SCHEMAS[table])
             except FileNotFoundError:
                 # compacted since the refresh: the compacted file holds the same rows
                 return self._reread(trial_id, table, tuple(live_now(self.files, folder)))
@@ -215,7 +221,7 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
             read_roles = list(wanted_roles) + [p for _m, p in extra]
     table = _of_ranks(index.table(trial_id, HISTOGRAMS), ranks)
     mask = None
-    for column, wanted in (("node", read_nodes), ("role", read_roles), ("what", what),
+    for column, wanted in (("module", read_nodes), ("role", read_roles), ("what", what),
                            ("training_step", steps), ("recording_type", recording_types),
                            ("type_of_execution", types_of_execution)):
         values = _as_list(wanted)
@@ -234,7 +240,7 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
     names = STORED_COLUMNS + ([RANK] if with_rank else [])
     columns = {}
     for name in names:
-        col = table.column(name)
+        col = table.column(FILE_COLUMN.get(name, name))
         if pa.types.is_dictionary(col.type):
             col = col.cast(pa.string())
         if name == "counts":

@@ -20,7 +20,13 @@ import pyarrow as pa
 from ..errors import StorageError
 from ..format.files import Files, files_for
 from ..format.layout import TrialLayout, compact_name, live_shards, shard_seqs
-from ..format.schema import FILE_SCHEMAS, row_group_size, with_rank
+from ..format.schema import (
+    FILE_SCHEMAS,
+    conform,
+    current_names,
+    row_group_size,
+    with_rank,
+)
 
 log = logging.getLogger("comgra_like")
 
@@ -88,7 +94,9 @@ def _compact_rank(files: Files, folder: Path, kind: str, schema: pa.Schema, rank
     files.write_parquet_stream(
         folder / compact_name(first, last, rank),
         schema,
-        (with_rank(files.read_parquet(folder / name, schema=schema), rank) for name in used),
+        # older files' column names read as the current ones (format/schema.py)
+        (with_rank(conform(current_names(files.read_parquet(folder / name), kind), schema),
+                   rank) for name in used),
         row_group_size=row_group_size(kind, row_bytes),
     )
     for name in used:

@@ -266,7 +266,7 @@ class Histograms(StepProcessor):
             "training_step": [training_step] * n,
             "type_of_execution": [toe] * n,
             "iteration": list(it),
-            "node": list(node),
+            "module": list(node),
             "role": list(role),
             "recording_type": list(rtype),
             "what": list(what),

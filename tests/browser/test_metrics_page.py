@@ -108,7 +108,7 @@ def metric_rows(trial: str, triples) -> pa.Table:
                        for f in METRICS_SCHEMA])
     rows = [{"trial_id": trial, "training_step": s, "type_of_execution": "main_execution_type",
              "module": module, "module_class": "Conv2d", "metric": metric, "backward_pass": 0,
-             "value": 1.0 + s, "vector": None, "time": float(s)}
+             "value": 1.0 + s, "vector": None, "wall_time": float(s)}
             for metric, module, steps in triples for s in steps]
     return pa.Table.from_pylist(rows, schema=plain).cast(METRICS_SCHEMA)
 

@@ -311,4 +311,4 @@ def test_metric_data_inline_arrays_survive_the_json_line(tmp_path):
     assert by_metric["InputSndNorm"]["value"] == pytest.approx(float(np.linalg.norm(x)))
     assert by_metric["InputSndNorm"]["training_step"] == 7
     assert len(by_metric["InputCovSpectrum"]["vector"]) >= 1
-    assert np.isnan(by_metric["loss"]["value"]) and by_metric["loss"]["time"] == 1.25
+    assert np.isnan(by_metric["loss"]["value"]) and by_metric["loss"]["wall_time"] == 1.25

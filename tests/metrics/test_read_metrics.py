@@ -30,7 +30,7 @@ def _rows(steps, module, cls, metric, values, vectors=None, backward=None):
         "trial_id": ["t"] * n, "training_step": steps, "type_of_execution": ["training"] * n,
         "module": [module] * n, "module_class": [cls] * n, "metric": [metric] * n,
         "backward_pass": backward or [0] * n, "value": values,
-        "vector": vectors or [None] * n, "time": [float(s) for s in steps],
+        "vector": vectors or [None] * n, "wall_time": [float(s) for s in steps],
     }, schema=pa.schema([(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
                          for f in METRICS_SCHEMA])).cast(METRICS_SCHEMA)
 
