@@ -160,7 +160,11 @@ class Watcher:
         # optimizer step (its micro-batches are iterations of it)
         self.optimizer = None
         self._optimizer_steps_at_open = 0
-        self.compiled: str | None = None  # torch.compile: what is not recorded (the report)
+        # torch.compile: the submodules run inside the compiled graph, where module hooks
+        # would break it (or be traced into it): only the root's calls are hooked
+        self.compiled: str | None = compiled_detail(module)
+        if self.compiled is not None:
+            log.warning("comgra_like.watch: %s", self.compiled)
         self._hook()
         self._send_config()
 
@@ -177,7 +181,8 @@ class Watcher:
         # The submodules' hooks exist only while a recorded forward runs (_set_active):
         # a module without hooks takes torch's fast path, so that on steps that are not
         # recorded watching costs the root's two hooks and nothing per submodule.
-        self._subs = [(self.names[id(sub)], sub) for sub in m.modules() if sub is not m]
+        self._subs = [] if self.compiled is not None else [
+            (self.names[id(sub)], sub) for sub in m.modules() if sub is not m]
         self._sub_handles: list = []
         self.hooks_installed = 0  # times the submodules' hooks were put in (a counter)
 
@@ -717,6 +722,20 @@ class Watcher:
             self.step_outputs = []
             self.snapshots = {}
             self.invocations = []
+
+
+def compiled_detail(module: torch.nn.Module) -> str | None:
+    """What watching a ``torch.compile``d module cannot record (None: not compiled)."""
+    if type(module).__name__ != "OptimizedModule":
+        return None
+    inner = dict(module.named_children()).get("_orig_mod")
+    what = type(inner).__name__ if inner is not None else "the module"
+    return (f"{what} is compiled (torch.compile): its submodules run inside the compiled "
+            "graph, where module hooks cannot run without breaking it, so only the compiled "
+            "module's own inputs, outputs and their gradients are recorded, with every "
+            "parameter, its gradient and the optimizer's state; the submodules' inputs, "
+            "outputs and io_grad are not (watch the model before compiling it, or compile "
+            "its submodules, to record them)")
 
 
 def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:

@@ -13,18 +13,22 @@ EVAL_MODE = "eval mode"
 NO_GRADIENT = "no gradient reached it"
 NO_AUTOGRAD = "ran without gradients"
 CHECKPOINT_OUTPUT = "checkpointed forward"
+COMPILED = "compiled"
 
 
 def build_report(w) -> dict:
     """The report of watcher ``w`` now."""
     skipped = []
     names = sorted(set(w.names.values()))
+    compiled = getattr(w, "compiled", None)  # torch.compile: only the root is hooked
     for name in names:
         if name in w.ignored:
             skipped.append({"module": name, "reason": IGNORED_CLASS,
                             "detail": "ignore_io_grad_classes: its io_grad is not recorded"})
     if w.steps_recorded:
         for name in names:
+            if compiled is not None and name != w.root:
+                continue  # reported as compiled below
             if name not in w.called:
                 skipped.append({"module": name, "reason": NEVER_CALLED,
                                 "detail": "not called in any recorded step"})
@@ -49,6 +53,10 @@ def build_report(w) -> dict:
                                       "inside it to its output are missing (the recomputed "
                                       "output is not visible to module hooks; "
                                       "use_reentrant=False records them)"})
+    if compiled is not None:
+        for name in names:
+            if name != w.root:
+                skipped.append({"module": name, "reason": COMPILED, "detail": compiled})
     if w.eval_skipped is not None:
         skipped.append({"module": w.root, "reason": EVAL_MODE,
                         "detail": f"validation passes are not recorded: {w.eval_skipped}"})
@@ -65,6 +73,11 @@ def build_report(w) -> dict:
     }
     if w.val_rec is not None:
         report["validation_trial"] = w.val_rec.trial_id
+    if compiled is not None:
+        report["compiled"] = compiled
+    optimizer = getattr(w, "optimizer", None)
+    if optimizer is not None:
+        report["optimizer"] = optimizer.report()
     failures = w.guard.summary()
     if failures is not None:
         report["internal_errors"] = failures
