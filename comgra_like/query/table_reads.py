@@ -152,6 +152,13 @@ class TableReads:
         chosen, with_rank = self._table_ranks(trial_id, rank, ranks)
         return list_metrics(self._metrics, trial_id, ranks=chosen, with_rank=with_rank)
 
+    def read_optimizer_state(self, trial_id: str, **filters: Any) -> pd.DataFrame:
+        """The optimizer's quantities of a trial recorded with ``watch(optimizer=)``
+        (``query/optimizer.py`` ``read_optimizer_state``: parameters=, quantities=, steps=,
+        rank=; docs/OPTIMIZER.md)."""
+        from .optimizer import read_optimizer_state
+        return read_optimizer_state(self, trial_id, **filters)
+
     # ----- gradient flows and probes (issue 18, comgra_like/query/flows.py) --------------
     # The flows/ and probes/ folders are listed at each call (immutable records, committed
     # by their JSON), so a probe's result shows on the GUI's next read without a refresh.

@@ -5,6 +5,7 @@ SGD with momentum, on a loop that drives a ComgraRecorder itself (comgra's API).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -38,7 +39,13 @@ def _run(tmp_path, make_opt):
     ow.close()
     rec.finalize()
     names = {id(p): f"net.{n}" for n, p in net.named_parameters()}
-    return read_optimizer_state(open_group(tmp_path / "g"), "t"), cap, names
+    group = open_group(tmp_path / "g")
+    frame = group.read_optimizer_state("t")
+    pd.testing.assert_frame_equal(frame, read_optimizer_state(group, "t"))
+    one = group.read_optimizer_state("t", parameters="net.0.weight", quantities="update_ratio",
+                                     steps=[1, 2])
+    assert list(one.training_step) == [1, 2] and set(one.quantity) == {"update_ratio"}
+    return frame, cap, names
 
 
 def _stats(prefix, a):
