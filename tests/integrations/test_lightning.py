@@ -14,7 +14,7 @@ from comgra_like.errors import ConfigurationError
 from comgra_like.integrations.lightning import ComgraCallback
 from comgra_like.query import open_group
 
-from .lightning_models import fit
+from .lightning_models import Tiny, data, fit, trainer
 
 
 def params(model) -> dict[str, torch.Tensor]:
@@ -64,24 +64,17 @@ def test_path_and_config_arguments(tmp_path):
 
 def test_hyperparameters_that_are_not_json_are_stored_as_text(tmp_path):
     callback = ComgraCallback(log_freq=3)
-    fit(tmp_path, [callback], module_kwargs={"name": "x"})
-    callback2 = ComgraCallback(log_freq=3)
-    from .lightning_models import Tiny
-
     torch.manual_seed(0)
     model = Tiny()
     model.hparams["shape"] = (2, 3)
     model.hparams["act"] = torch.nn.Tanh()
-    from .lightning_models import data, trainer
-
-    trainer(tmp_path / "b", [callback2]).fit(model, data(24, 1), data(8, 2))
-    config = open_group(callback2.handle.group_path).read_config(callback2.handle.trial_id)
+    trainer(tmp_path, [callback], max_steps=2, num_sanity_val_steps=0,
+            limit_val_batches=0).fit(model, data(24, 1))
+    config = open_group(callback.handle.group_path).read_config(callback.handle.trial_id)
     assert config["shape"] == "[2, 3]" and config["act"] == "Tanh()"
 
 
 def test_a_training_step_that_does_not_call_the_module_is_said_once(tmp_path, caplog):
-    from .lightning_models import Tiny, data, trainer
-
     class Indirect(Tiny):
         def training_step(self, batch, batch_idx):
             x, y = batch
@@ -96,8 +89,6 @@ def test_a_training_step_that_does_not_call_the_module_is_said_once(tmp_path, ca
 
 
 def test_module_names_a_submodule(tmp_path):
-    from .lightning_models import Tiny, data, trainer
-
     class Wrapped(Tiny):
         def __init__(self):
             super().__init__()
