@@ -224,7 +224,7 @@ def _counters(contender: str, handle: Any) -> dict[str, Any] | None:
     writer, capturer, watcher = rec.writer, rec._capturer, handle._watcher
     return {
         "waits": writer.waits, "waited_s": writer.waited_seconds,
-        "segments": writer.segments_created, "slots": len(writer._slots),
+        "segments": writer.segments_created, "slots": len(writer.slots.slots),
         "plans_made": capturer.plans_made, "captures": capturer.captures,
         "graphs_hashed": watcher.graphs_hashed, "steps_recorded": watcher.steps_recorded,
     }

@@ -22,8 +22,8 @@ def test_a_killed_writer_process_is_reported_not_waited_for(tmp_path):
     with pytest.raises(StorageError, match=r"writer process \(pid \d+\) was killed by SIGKILL"):
         record_steps(rec, net, range(2, 10))
         rec.flush(timeout=60)
-    mine = rec.writer._segment_prefix
-    assert not [n for n in os.listdir(rec.writer._shm_dir) if n.startswith(mine)]
+    mine = rec.writer.slots.segment_prefix
+    assert not [n for n in os.listdir(rec.writer.slots.shm_dir) if n.startswith(mine)]
     [trial] = open_group(tmp_path / "g").list_trials()
     assert trial.status == "aborted"
 
@@ -34,16 +34,16 @@ def test_shared_memory_is_not_left_behind(tmp_path):
     rec, net = new_recorder(tmp_path)
     record_steps(rec, net, range(4))
     rec.flush(timeout=60)
-    mine = rec.writer._segment_prefix
-    assert rec.writer._slots[0].segments  # shared memory was used
+    mine = rec.writer.slots.segment_prefix
+    assert rec.writer.slots.slots[0].segments  # shared memory was used
     # The writer unlinks each segment as soon as it has mapped it.
-    assert not [n for n in os.listdir(rec.writer._shm_dir) if n.startswith(mine)]
+    assert not [n for n in os.listdir(rec.writer.slots.shm_dir) if n.startswith(mine)]
     # A segment created but never announced (the training process killed in between):
     # the writer process removes it when it exits.
-    orphan = os.path.join(rec.writer._shm_dir, mine + "999")
+    orphan = os.path.join(rec.writer.slots.shm_dir, mine + "999")
     open(orphan, "wb").close()
     rec.finalize()
-    assert not [n for n in os.listdir(rec.writer._shm_dir) if n.startswith(mine)]
+    assert not [n for n in os.listdir(rec.writer.slots.shm_dir) if n.startswith(mine)]
 
 
 def test_without_a_usable_interpreter_the_writer_runs_in_a_thread(tmp_path, monkeypatch):
@@ -75,9 +75,9 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
     record_steps(rec, net, [0])
     rec.flush(timeout=60)
     writer = rec.writer
-    expected = writer._max_slots
+    expected = writer.slots.max_slots
     if budget_slots is not None:
-        writer._slot_budget = budget_slots * 4 * max(slot.needed for slot in writer._slots)
+        writer.slots.budget_bytes = budget_slots * 4 * max(slot.needed for slot in writer.slots.slots)
         expected = budget_slots
     os.kill(writer.pid, signal.SIGSTOP)
     try:
@@ -87,7 +87,7 @@ def test_a_stalled_writer_gets_more_slots_then_makes_training_wait(tmp_path, bud
         t.start()
         time.sleep(2.0)
         assert not done and t.is_alive()  # waiting for a slot
-        assert len(writer._slots) == expected
+        assert len(writer.slots.slots) == expected
     finally:
         os.kill(writer.pid, signal.SIGCONT)
     t.join(timeout=60)
@@ -121,7 +121,7 @@ def test_drain_waits_until_the_writer_has_taken_in_every_step(tmp_path):
         os.kill(writer.pid, signal.SIGCONT)
     t.join(timeout=60)
     assert done
-    assert len(writer._free) == len(writer._slots)
+    assert len(writer.slots.free) == len(writer.slots.slots)
     rec.finalize()
     assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == [0, 1, 2]
 
@@ -159,9 +159,9 @@ def test_slots_keep_their_segments_and_later_slots_start_at_the_size_needed(tmp_
     rec.track_module("net", net)
     writer = rec.writer
     inputs = record_steps(rec, net, [0], batch=4, width=600)
-    [a] = [slot for slot in writer._slots if slot.segments]  # the slot of step 0
+    [a] = [slot for slot in writer.slots.slots if slot.segments]  # the slot of step 0
     inputs.update(record_steps(rec, net, [1], batch=4, width=600))
-    [b] = [slot for slot in writer._slots if slot is not a]  # both slots in flight now
+    [b] = [slot for slot in writer.slots.slots if slot is not a]  # both slots in flight now
     assert len(a.segments) > 1  # the first step overflowed
     assert len(b.segments) == 1 and b.segments[0].nelems >= a.needed
     segments = (list(a.segments), list(b.segments))

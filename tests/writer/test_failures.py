@@ -66,12 +66,12 @@ def test_a_failure_on_one_message_keeps_every_step_buffered_before_it(tmp_path, 
     rec.drain()
     assert not (tmp_path / "g/trials/t/steps").exists()
     if damage == "unknown layout":
-        writer._send(protocol.Step(slot=0, layout_id=999, refs=[], step=5, toe="x",
-                                   samples=[], categories=[], batch_size=4, wall=0.0,
-                                   graphs=[]))
+        writer.channel.send(protocol.Step(slot=0, layout_id=999, refs=[], step=5, toe="x",
+                                          samples=[], categories=[], batch_size=4, wall=0.0,
+                                          graphs=[]))
         expected = "KeyError: 999"
     else:
-        writer._write("this is not JSON")
+        writer.channel.write("this is not JSON")
         expected = "JSONDecodeError"
     with pytest.raises(StorageError) as caught:
         writer.flush(timeout=60)
@@ -115,10 +115,10 @@ def test_a_stopped_writer_fails_the_waiting_step_after_the_bound_instead_of_hang
     message = str(error)
     assert f"pid {pid}" in message and "it is stopped" in message
     assert "kill -CONT" in message and "COMGRA_LIKE_WRITER_STALL_SECONDS" in message
-    assert 1 <= len(sent) <= writer._max_slots  # the slots filled, then the bound held
+    assert 1 <= len(sent) <= writer.slots.max_slots  # the slots filled, then the bound held
     with pytest.raises(StorageError, match="it is stopped"):  # later calls say the same
         record_steps(rec, net, [99])
     assert trial_json(tmp_path)["status"] == "aborted"
     # Resumed, the writer writes every step it had received and exits on its own.
-    writer._proc.wait(timeout=60)
+    writer.channel.proc.wait(timeout=60)
     assert open_group(tmp_path / "g").list_steps("t")["training_step"].tolist() == [0] + sent

@@ -111,7 +111,7 @@ def test_layouts_that_change_every_step_stay_bounded_and_correct(tmp_path):
     inputs = {}
     for step in range(300):
         inputs |= record_steps(rec, net, [step], batch=1 + step % 299)
-    assert len(rec.writer._layout_ids) <= 256
+    assert len(rec.writer.layout_ids) <= 256
     rec.finalize()
     g = open_group(tmp_path / "g")
     for step in (0, 255, 256, 257, 298, 299):
