@@ -163,9 +163,9 @@ def empty_state(trial: str | None, others: list[str]) -> html.Div:
             "flight recorder was not armed.")
     parts: list[Any] = [
         html.P(head, className="text-muted"),
-        html.P(["The flight recorder keeps a few numbers of every tensor on every step and "
-                "writes the last steps when a NaN, an Inf or a spike appears. Arm it (see ",
-                html.Code("docs/FLIGHT.md"), ", “Usage”):"], className="mb-1"),
+        html.P([("The flight recorder keeps a few numbers of every tensor on every step "
+                 "and writes the last steps when a NaN, an Inf or a spike appears. Arm it "
+                 "(see "), html.Code("docs/FLIGHT.md"), "):"], className="mb-1"),
         html.Pre(USAGE, className="flight-usage small bg-light p-2"),
     ]
     if others:
@@ -211,8 +211,8 @@ def movers_text(finding: dict | None, trigger: fd.TriggerRow) -> list:
     if movers[0].get("non_finite"):
         m = movers[0]
         return [html.Strong("First non-finite: "),
-                f"the {m.get('role')} of {m.get('name')} at step {m.get('step')} "
-                f"(the trigger fired at step {trigger.step})."]
+                (f"the {m.get('role')} of {m.get('name')} at step {m.get('step')} "
+                 f"(the trigger fired at step {trigger.step}).")]
     items = [f"the {m.get('role')} of {m.get('name')} at step {m.get('step')} "
              f"({m.get('statistic', '')} {ff.value_text(_num(m.get('value')))} against "
              f"a median of {ff.value_text(_num(m.get('median')))})" for m in movers]

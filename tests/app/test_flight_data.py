@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from comgra_like.app.data import AppData
 
 #: The triggered trial's name and what the recorder wrote for it (checked below).
@@ -23,7 +22,6 @@ def make_triggered_group(root: Path, trial: str = TRIAL) -> Path:
     and a non-finite value at step 55 (steps 40-55)."""
     torch = pytest.importorskip("torch")
     from comgra_like import FlightRecorder
-
     from tests.flight.loops import train
 
     torch.set_num_threads(1)

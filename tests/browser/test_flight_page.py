@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from selenium.common.exceptions import StaleElementReferenceException
-
 from comgra_like.app import flight_data as fd
 from comgra_like.app import flight_figures as ff
 from comgra_like.app.graph_figure import NON_FINITE_COLOR, node_style
 from comgra_like.app.pages import flight
+from selenium.common.exceptions import StaleElementReferenceException
+
 from tests.app.test_flight_data import NAN, SPIKE, TRIAL, WINDOW, make_triggered_group
 from tests.browser.helpers import start_app, wait_until
 
