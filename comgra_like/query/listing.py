@@ -46,20 +46,21 @@ class GroupListing:
         self.trials = trials_dir(self.group)
         self.calls: Counter[tuple[str, str]] = Counter()
         self._folders: list[str] | None = None
-        self._names: dict[Path, list[str]] = {}
-        self._signatures: dict[Path, dict[str, tuple[int, int]]] = {}
-        self._links: dict[Path, list[str]] = {}
+        # keyed by the folder's str (hashing a Path costs more than the lookup saves)
+        self._names: dict[str, list[str]] = {}
+        self._signatures: dict[str, dict[str, tuple[int, int]]] = {}
+        self._links: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
-    def _count(self, kind: str, folder: Path) -> None:
+    def _count(self, kind: str, key: str) -> None:
         with self._lock:
-            self.calls[(kind, str(folder))] += 1
+            self.calls[(kind, key)] += 1
 
     def trial_folders(self) -> list[str]:
         """The names of the folders in ``trials/``, sorted (hidden and linked ones too:
         the index reports links; callers leave hidden names out)."""
         if self._folders is None:
-            self._count("folders", self.trials)
+            self._count("folders", str(self.trials))
             self._folders = sorted(self.files.list_folders(self.trials))
         return self._folders
 
@@ -70,13 +71,13 @@ class GroupListing:
     def names(self, folder: Path) -> list[str]:
         """The names in ``folder`` without hidden ones (files being written), as listed
         the first time this listing was asked; empty when there is no such folder."""
-        folder = Path(folder)
-        found = self._names.get(folder)
+        key = str(folder)
+        found = self._names.get(key)
         if found is None:
-            self._count("names", folder)
+            self._count("names", key)
             found = [n for n in self.files.list(folder) if not is_hidden(n)]
             with self._lock:
-                self._names[folder] = found
+                self._names[key] = found
         return found
 
     def live(self, folder: Path) -> list[str]:
@@ -87,22 +88,22 @@ class GroupListing:
     def signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
         """The files of ``folder`` (hidden ones included) with their (modification time,
         size), from the listing itself (no request per object on an object store)."""
-        folder = Path(folder)
-        found = self._signatures.get(folder)
+        key = str(folder)
+        found = self._signatures.get(key)
         if found is None:
-            self._count("signatures", folder)
+            self._count("signatures", key)
             found = self.files.list_signatures(folder)
             with self._lock:
-                self._signatures[folder] = found
+                self._signatures[key] = found
         return found
 
     def links(self, folder: Path) -> list[str]:
         """Names of the symbolic links directly in ``folder`` (never on an object
         store), which every access refuses and readers report."""
-        folder = Path(folder)
-        found = self._links.get(folder)
+        key = str(folder)
+        found = self._links.get(key)
         if found is None:
             found = self.files.links(folder)
             with self._lock:
-                self._links[folder] = found
+                self._links[key] = found
         return found
