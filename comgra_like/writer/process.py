@@ -15,9 +15,11 @@ runs and has written trial.json. The trial folder may be an ``s3://`` location: 
 worker then writes through an object store built from this process's environment (the
 AWS_* variables it inherited; ``format/files.py``), whole objects under final names. Then: ``Segment`` (map a slot's shared memory), ``Step``
 (one recorded step, answered with ``f<slot>`` once its shared memory has been read),
-``Kpis``, ``Note``, ``Modules``, ``Graph``, ``Config``, ``Flush`` (answered with
+``Kpis``, ``Note``, ``Modules``, ``Graph``, watch()'s and the metrics' messages,
+``FlightTrigger`` (named in trial.json), ``Config``, ``Flush`` (answered with
 ``Flushed``), ``Close`` (write everything, with ``finish`` compact the trial and mark it
-finished, answer ``Closed``, exit), and the plain line ``h`` (the training process waits
+finished, answer ``Closed``, exit): ``Worker.handlers`` maps each message type to its
+handler (``worker.py``). And the plain line ``h`` (the training process waits
 for a free slot from now on: the step being reduced stops giving way to other threads,
 ``scheduling.py``). This process is the only writer of the trial folder.
 
