@@ -10,24 +10,17 @@ from typing import Any
 import dash
 from dash import ALL, MATCH, Input, Output, State, no_update
 
-from ... import ids, metric_data
+from ... import ids
 from ... import metric_figures as mfig
-from ... import metric_groups as mg
 from ... import selection as sel
-from ...controls.shown import nothing, unchanged
-from ...figures import empty_figure
-from ...natural import natural_sorted
 from ...parts import AppParts
 from ..modules import PATH as MODULES_PATH
 from ..tensors import PATH as TENSORS_PATH
-from .choices import shown_modules, trials_of, view_of, where_clicked, window_of
-from .data import frames_of
+from . import views
+from .choices import where_clicked
 from .layout import (
     BAND,
-    BY_TYPE,
     EXECUTION,
-    FIGURE_HEIGHT,
-    HEATMAP,
     LOG,
     MODULES,
     OVERLAY,
@@ -67,34 +60,9 @@ def register_figure_callbacks(app: dash.Dash, parts: AppParts) -> None:
                     module_options: list | None, shown: Any) -> tuple:
         metric = dash.callback_context.outputs_list[0]["id"]["metric"]
         started = time.perf_counter()
-        trials = trials_of(selection, overlay, data.trial_ids())
-        window = window_of(window)
-        key = [[[t, *metric_data.data_version(data, t)] for t in trials], modules,
-               execution, window, how, log, rank, search, view]
-        if unchanged(key, shown):
-            return nothing(3)
-        frames = frames_of(data, trials, metric, execution, rank)
-        every = natural_sorted(o["value"] for o in module_options or [])
-        drawn = shown_modules(module_options, modules, search)
-        if not drawn:
-            figure = empty_figure(f"No module matches {search!r}.", FIGURE_HEIGHT)
-            return figure, key, []
-        colours = mfig.module_colours(every)
-        filtered = drawn if len(drawn) != len(every) else None
-        chosen_view = view_of(view, len(drawn))
-        if chosen_view == BY_TYPE:
-            figure = mg.grouped_figure(frames, metric, modules=filtered,
-                                       log_y="log" in (log or []))
-        elif chosen_view == HEATMAP:
-            figure = mg.heatmap_figure(next(iter(frames.values()), None), metric,
-                                       modules=filtered, trial=trials[0] if trials else "")
-        else:
-            figure = mfig.metric_figure(
-                frames, metric, modules=filtered, colours=colours, window=window,
-                how=how if how in mfig.BAND_CHOICES else "std", log_y="log" in (log or []),
-                height=FIGURE_HEIGHT)
-        parts.timings.record("metrics.figure", time.perf_counter() - started)
-        return figure, key, mfig.trace_meta(figure)
+        return views.metric_view(data, parts.timings, started, metric, overlay, modules,
+                                 execution, window, how, log, selection, rank, search, view,
+                                 module_options, shown)
 
     @app.callback(
         Output(card_id("spectrum", MATCH), "figure"),
@@ -114,21 +82,8 @@ def register_figure_callbacks(app: dash.Dash, parts: AppParts) -> None:
                       rank: Any, search: str | None, module_options: list | None,
                       traces: list | None) -> Any:
         metric = dash.callback_context.outputs_list["id"]["metric"]
-        trials = trials_of(selection, overlay, data.trial_ids())
-        point = mfig.point_of(hover, traces)
-        colours = mfig.module_colours(natural_sorted(o["value"] for o in module_options or []))
-        frames = frames_of(data, trials, metric, execution, rank)
-        for t, frame in frames.items():
-            # one rank's vectors: the hovered line's, else the lowest rank's
-            if "rank" in frame.columns and not frame.empty:
-                shown = point["rank"] if point and point["rank"] is not None else None
-                frames[t] = frame[frame["rank"] == (shown if shown is not None
-                                                    else frame["rank"].min())]
-        return mfig.spectrum_figure(
-            frames, metric,
-            point["training_step"] if point else None,
-            modules=shown_modules(module_options, modules, search) or None,
-            colours=colours, height=FIGURE_HEIGHT)
+        return views.spectrum_view(data, metric, hover, overlay, modules, execution,
+                                   selection, rank, search, module_options, traces)
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),

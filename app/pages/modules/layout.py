@@ -180,6 +180,9 @@ def panel(module: str) -> html.Div:
             dcc.Graph(id=panel_id("graph", module), figure=empty_figure("Loading…", 300),
                       config={"displaylogo": False}),
             dcc.Store(id=panel_id("key", module), storage_type="memory"),
+            # the optimizer's state of its parameters (watch(optimizer=); shown with data)
+            dcc.Graph(id=panel_id("optimizer", module), figure={}, style={"display": "none"},
+                      config={"displaylogo": False}),
         ],
         className="modules-panel border rounded p-1",
         style={"flex": "1 1 560px", "minWidth": "420px"},

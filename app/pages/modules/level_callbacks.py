@@ -10,16 +10,12 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, no_update
 
-from comgra_like.vocabulary import ANY_TYPE
-
-from ... import ids, module_data, module_sharing, other_trials
-from ... import module_figures as mf
+from ... import ids, module_data
 from ... import selection as sel
-from ...controls.shown import if_changed, nothing, unchanged
-from ...figures import empty_figure
+from ...controls.shown import if_changed
 from ...parts import AppParts
 from ..tensors import PATH as TENSORS_PATH
-from .grids import most_common_type
+from . import views
 from .layout import (
     COMPARE,
     CRUMBS,
@@ -27,21 +23,13 @@ from .layout import (
     GRAPH,
     INFO,
     KEY,
-    NO_TRIAL,
     PICK,
     REPORT,
     VIEW,
-    breadcrumb_bar,
     crumb_id,
     panel_id,
-    report_view,
 )
-from .navigation import navigate
-
-
-def current(selection: Mapping | None) -> Mapping:
-    """The selection's fields (trial, step, node, ...)."""
-    return (selection or {}).get("current") or {}
+from .navigation import current, navigate
 
 
 def register_level_callbacks(app: dash.Dash, parts: AppParts) -> None:
@@ -113,53 +101,10 @@ def register_level_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def show_level(view: dict | None, status: Any, selection: dict | None,
                    execution: str | None, shown: Any) -> tuple:
         started = time.perf_counter()
-        result = level(view, selection, execution, shown)
+        result = views.level_view(data, view, selection, execution, shown)
         if result[0] is not no_update:
             parts.timings.record("modules.level", time.perf_counter() - started)
         return result
-
-    def level(view: dict | None, selection: dict | None, execution: str | None,
-              shown: Any) -> tuple:
-        shown_fields = current(selection)
-        trial = shown_fields.get("trial")
-        trials = data.trial_ids()
-        view = view or {}
-        # lists, not tuples: the key comes back from the store as JSON
-        key = [trial, list(module_data.data_version(data, trial)) if trial else None,
-               view.get("parent"), view.get("picked"),
-               shown_fields.get("training_step"), trials, execution]
-        if unchanged(key, shown):
-            return nothing(9)
-        compare = [{"label": "none", "value": NO_TRIAL}] + [
-            {"label": t, "value": t} for t in trials if t != trial]
-        types = data.types_of_execution(trial) if trial else ()
-        executions = [{"label": "every type", "value": ANY_TYPE}] + [
-            {"label": t, "value": t} for t in types]
-        if execution not in [o["value"] for o in executions]:
-            execution = most_common_type(data.steps(trial)) if trial else ANY_TYPE
-        if trial is None:
-            message = empty_figure("No trial selected.", 200)
-            return message, [], "", None, [], compare, executions, execution, key
-        step, graph = module_data.module_graph(data, trial, shown_fields.get("training_step"))
-        if graph is None:
-            message = empty_figure(
-                "No module graph in this trial: record with comgra_like.watch(model)."
-                + other_trials.hint(other_trials.with_module_graphs(data), trial,
-                                    "module graphs"), 200)
-            return message, [], "", None, [], compare, executions, execution, key
-        level = mf.level_view(graph, view.get("parent"))
-        figure = mf.module_graph_figure(level, selected=view.get("picked") or ())
-        options = [{"label": i, "value": i} for i in mf.invocations(graph) if i != mf.root_id(graph)]
-        for m in view.get("picked") or ():
-            if m not in mf.invocations(graph):
-                options.append({"label": f"{m} (not in step {step})", "value": m})
-        count = sum(1 for n in level.nodes if n.kind == "module")
-        info = (f"structure of step {step} · {count} module call{'s' if count != 1 else ''} "
-                "at this level · click a module to show its histograms (▸ opens it)")
-        return (figure, breadcrumb_bar(level.breadcrumb), info,
-                report_view(module_data.watch_report(data, trial),
-                            module_sharing.sharing(graph)), options, compare,
-                executions, execution, key)
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),

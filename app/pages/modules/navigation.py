@@ -10,6 +10,11 @@ from ... import module_figures as mf
 from .layout import MAX_PANELS
 
 
+def current(selection: Mapping | None) -> Mapping:
+    """The selection's fields (trial, step, node, ...)."""
+    return (selection or {}).get("current") or {}
+
+
 def navigate(
     view: Mapping[str, Any] | None,
     graph: Mapping[str, Any] | None,
