@@ -29,9 +29,9 @@ import torch
 try:
     from transformers import TrainerCallback
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise ModuleNotFoundError(
         "comgra_like.integrations.huggingface needs the transformers package (pip install "
-        "transformers)") from e
+        "transformers)", name="transformers") from e
 
 from .callbacks import check_arguments, plain_config, start_watch
 

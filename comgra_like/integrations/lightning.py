@@ -35,9 +35,9 @@ from __future__ import annotations
 try:
     from lightning.pytorch import Callback
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise ModuleNotFoundError(
         "comgra_like.integrations.lightning needs the lightning package (pip install "
-        "lightning)") from e
+        "lightning)", name="lightning") from e
 
 from .lightning_callback import DEFAULT_LOG_FREQ, LightningRecording
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 try:
     from pytorch_lightning import Callback
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise ModuleNotFoundError(
         "comgra_like.integrations.pytorch_lightning needs the pytorch_lightning package "
         "(pip install pytorch-lightning); with the lightning package use "
-        "comgra_like.integrations.lightning") from e
+        "comgra_like.integrations.lightning", name="pytorch_lightning") from e
 
 from .lightning_callback import DEFAULT_LOG_FREQ, LightningRecording
 

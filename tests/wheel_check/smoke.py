@@ -42,7 +42,7 @@ ROOTS = {"comgra_like": "comgra_like", "app": "comgra_like/app", "scripts": "com
 NOT_INSTALLED_SUFFIXES = {".pyc", ".pyo", ".sh"}
 # extras that a clean install does not have: modules that import them at the top, and
 # modules that refuse to load without theirs (with a ConfigurationError naming the extra)
-OPTIONAL_IMPORTS = {"pyspark", "duckdb"}
+OPTIONAL_IMPORTS = {"pyspark", "duckdb", "lightning", "pytorch_lightning", "transformers"}
 NEEDS_EXTRA = {"comgra_like.query.spark": "pyspark"}
 EXAMPLE_GROUP = PurePosixPath("example_runs/tutorial")
 STARTED = time.perf_counter()
