@@ -165,6 +165,7 @@ class FlightRecorder:
         self._block_rows = 0
         self._force_batched = False  # tests: the GPU's batched reductions on the CPU
         self._ends: dict = {}  # where each tensor ends in a concatenation, per layout
+        self._layouts: dict = {}  # a role of a set of parameters: keys, names, sizes
         self._full: list = []
         self._full_bytes = 0
         self._before: list[torch.Tensor | None] = []
@@ -233,14 +234,13 @@ class FlightRecorder:
         self._sample_ids = None
         self._blocks, self._block_rows = [], 0
         values = [p.tensor.detach() for p in params]
-        self._observe_many([self._key(p.full_name, p.full_name, ff.VALUE, "parameter",
-                                      _PARAM_VALUE, t) for p, t in zip(params, values)], values)
+        keys, names, nbytes, numels = self._layout(ff.VALUE, _PARAM_VALUE, params, values)
+        self._observe_many(keys, values, numels)
         before: list = [None] * len(values)
         if self.updates or self.full_steps:
             before = (torch._foreach_mul(values, 1.0) if self._batched(values)
                       else [t.clone() for t in values])  # one launch on a GPU
-            for p, copy in zip(params, before):
-                self._keep(p.full_name, ff.VALUE, copy, copied=True)
+            self._keep_many(names, ff.VALUE, before, True, nbytes)
         self._before = before
 
     @_guarded
@@ -274,11 +274,14 @@ class FlightRecorder:
         if self._step is None or self._params_seen_grad:
             return
         self._params_seen_grad = True
-        have = [(p, p.tensor.grad.detach()) for p in params if p.tensor.grad is not None]
-        self._observe_many([self._key(p.full_name, p.full_name, ff.GRADIENT, "parameter",
-                                      _PARAM_GRAD, g) for p, g in have], [g for _, g in have])
-        for p, g in have:
-            self._keep(p.full_name, ff.GRADIENT, g, copied=False)
+        grads = [p.tensor.grad for p in params]
+        if None in grads:
+            have = [(p, g) for p, g in zip(params, grads) if g is not None]
+            params, grads = [p for p, _ in have], [g for _, g in have]
+        grads = [g.detach() for g in grads]
+        keys, names, nbytes, numels = self._layout(ff.GRADIENT, _PARAM_GRAD, params, grads)
+        self._observe_many(keys, grads, numels)
+        self._keep_many(names, ff.GRADIENT, grads, False, nbytes)
 
     @_guarded
     def observe_gradient(self, name: str, grad: torch.Tensor) -> None:
@@ -329,11 +332,10 @@ class FlightRecorder:
             befores = [b for _, b in pairs]
             updates = (torch._foreach_sub(after, befores) if self._batched(after)
                        else [a - b for a, b in zip(after, befores)])
-            self._observe_many([self._key(p.full_name, p.full_name, ff.UPDATE, "parameter",
-                                          _PARAM_UPDATE, d) for (p, _), d in zip(pairs, updates)],
-                               updates)
-            for (p, _), d in zip(pairs, updates):
-                self._keep(p.full_name, ff.UPDATE, d, copied=True)
+            keys, names, nbytes, numels = self._layout(
+                ff.UPDATE, _PARAM_UPDATE, [p for p, _ in pairs], updates)
+            self._observe_many(keys, updates, numels)
+            self._keep_many(names, ff.UPDATE, updates, True, nbytes)
         self._before = []
         step, idx, rows = self._step, np.asarray(self._rows_idx, np.int64), self._rows
         sample_ids, full = self._sample_ids, self._full
@@ -421,28 +423,48 @@ class FlightRecorder:
         dev = tensors[0].device
         return all(t.dtype is torch.float32 and t.device == dev for t in tensors)
 
-    def _observe_many(self, keys: list[int], tensors: list) -> None:
+    def _layout(self, role: str, code: int, params: list, tensors: list) -> tuple:
+        """(catalog keys, names, bytes in all, numels) of a role of these parameters,
+        worked out once per set of parameters (a step's per-parameter Python was a good
+        part of an armed GPU step, whose CPU launches the kernels)."""
+        key = (role, tuple(map(id, params)))
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) > 32:
+                self._layouts.clear()
+            layout = self._layouts[key] = (
+                [self._key(p.full_name, p.full_name, role, "parameter", code, t)
+                 for p, t in zip(params, tensors)],
+                [p.full_name for p in params],
+                sum(t.numel() * t.element_size() for t in tensors),
+                [int(t.numel()) for t in tensors])
+        return layout
+
+    def _observe_many(self, keys: list[int], tensors: list, numels: list | None = None) -> None:
         """The statistics of many tensors with few launches (a GPU's parameters,
         gradients, updates): the L2 norms and abs maxima with the multi-tensor
         ``torch._foreach_norm`` (fused kernels on a GPU), the sums with a few launches
         (``_sums``), three stacks.
         NaN and Inf are not counted here (NaN in the counts); a non-finite value still
         shows in the sums and norms."""
-        pairs = [(k, t) for k, t in zip(keys, tensors) if t.numel()]
-        if not self._batched([t for _, t in pairs]):
-            for key, t in pairs:
+        if numels is None or 0 in numels:
+            pairs = [(k, t) for k, t in zip(keys, tensors) if t.numel()]
+            keys, tensors = [k for k, _ in pairs], [t for _, t in pairs]
+            numels = [int(t.numel()) for t in tensors]
+        if not self._batched(tensors):
+            for key, t in zip(keys, tensors):
                 self._observe(key, t)
             return
-        ts = [t for _, t in pairs]
+        ts = tensors
         l2 = torch.stack(torch._foreach_norm(ts, 2))
         amax = torch.stack(torch._foreach_norm(ts, float("inf")))
         sums = batched_sums(ts, self._ends)
         nan = torch.full_like(sums, float("nan"))
         self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
-        for key, t in pairs:
-            self._rows.append((BLOCK, self._block_rows, int(t.numel())))
-            self._rows_idx.append(key)
-            self._block_rows += 1
+        first = self._block_rows
+        self._rows.extend((BLOCK, first + i, n) for i, n in enumerate(numels))
+        self._rows_idx.extend(keys)
+        self._block_rows += len(keys)
 
     def _keep(self, name: str, role: str, t: torch.Tensor, copied: bool) -> None:
         """Keep a full value for the full_steps ring, within the per-step share of
@@ -462,6 +484,19 @@ class FlightRecorder:
         # window is written. Copies (the parameters before the step, the updates) are
         # the flight recorder's own: version None.
         self._full.append((name, role, t, None if copied else tensor_version(t)))
+
+    def _keep_many(self, names: list, role: str, tensors: list, copied: bool,
+                   nbytes: int) -> None:
+        """``_keep`` for a role of all parameters at once (``nbytes``: theirs in all)."""
+        if not self.full_steps:
+            return
+        if self._full_bytes + nbytes > self.max_full_bytes // (self.full_steps + 1):
+            for name, t in zip(names, tensors):  # as many as fit, with the warning
+                self._keep(name, role, t, copied)
+            return
+        self._full_bytes += nbytes
+        self._full.extend((name, role, t, None if copied else tensor_version(t))
+                          for name, t in zip(names, tensors))
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:
