@@ -12,7 +12,7 @@ folder listing) so that a new trigger shows at the next refresh.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,8 @@ class TriggerRow:
     window: tuple[int, int]
     time: float | None
     others: tuple[str, ...]
+    #: the sample ids the loop gave per step of the window (``register_sample_ids``)
+    sample_ids: Mapping[int, list] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "step": self.step,
@@ -77,7 +79,8 @@ def triggers(data: AppData, trial: str | None) -> list[TriggerRow]:
             name=t.name, kind=t.kind, step=int(t.step), tensor=t.tensor, node=t.node,
             role=t.role, value=t.value, window=(int(t.window[0]), int(t.window[1])),
             time=float(when) if isinstance(when, (int, float)) else None,
-            others=tuple(str(o.get("kind")) for o in t.others if isinstance(o, Mapping))))
+            others=tuple(str(o.get("kind")) for o in t.others if isinstance(o, Mapping)),
+            sample_ids=dict(t.sample_ids or {})))
     return out
 
 

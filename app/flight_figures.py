@@ -74,6 +74,18 @@ def value_text(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def samples_text(ids: Sequence[Any] | None, limit: int = 6) -> str:
+    """The sample ids of a step, shortened: 'samples 880–895' for a run of consecutive
+    integers, else the first ``limit`` and how many ('' without ids)."""
+    ids = list(ids or ())
+    if not ids:
+        return ""
+    if all(isinstance(i, int) for i in ids) and ids == list(range(ids[0], ids[0] + len(ids))):
+        return f"samples {ids[0]}–{ids[-1]}" if len(ids) > 1 else f"sample {ids[0]}"
+    head = ", ".join(str(i) for i in ids[:limit])
+    return f"{len(ids)} samples: {head}" + (", …" if len(ids) > limit else "")
+
+
 def trigger_label(row: Any) -> str:
     """One line naming a trigger (the trigger dropdown's option)."""
     where = f" · {row.tensor}" if row.tensor else ""

@@ -44,7 +44,7 @@ def record(root: Path) -> Path:
     torch.set_num_threads(1)
     flight = FlightRecorder(window=16, full_steps=1, after=2)
     _, recorder = train(root, "mlp", 70, flight=flight, nan_at=(55, "layer1"),
-                        outlier_at=30, record_one_in=10, lr=0.02)
+                        outlier_at=30, record_one_in=10, lr=0.02, sample_ids=True)
     recorder.finalize()
     return root / "flight"
 

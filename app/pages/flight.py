@@ -413,7 +413,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
             return empty_figure("", GRAPH_HEIGHT_PX), "", "", "", None
         step_text = f"step {step}" + (" · the trigger" if step == trigger.step else "")
         rows = fd.window_rows(data, trial, name)
-        summary = ff.step_summary(rows, step, statistic, role)
+        summary = " · ".join(p for p in (
+            ff.step_summary(rows, step, statistic, role),
+            ff.samples_text(trigger.sample_ids.get(int(step)))) if p)
         graph_step, model = fd.window_graph(data, trial, trigger)
         if model is None:
             return (empty_figure("no recorded dependency graph in this trial",

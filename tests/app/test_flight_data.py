@@ -27,7 +27,7 @@ def make_triggered_group(root: Path, trial: str = TRIAL) -> Path:
     torch.set_num_threads(1)
     flight = FlightRecorder(window=WINDOW, full_steps=1, after=2)
     _, recorder = train(root, trial, 70, flight=flight, nan_at=(55, "layer1"), outlier_at=30,
-                        record_one_in=10, lr=0.02)
+                        record_one_in=10, lr=0.02, sample_ids=True)
     recorder.finalize()
     return root / "flight"
 
@@ -52,6 +52,9 @@ def test_triggers_are_listed_with_kind_step_tensor_value_and_time(data):
     ]
     assert rows[0].value > 100 and rows[1].value == 1.0  # the spike's loss, one NaN
     assert all(r.time is not None and r.time > 1.6e9 for r in rows)
+    # the sample ids of every window step (the loop's register_sample_ids: 16 per step)
+    assert sorted(rows[1].sample_ids) == list(range(40, 56))
+    assert rows[1].sample_ids[55] == list(range(55 * 16, 56 * 16))
     assert fd.triggers(data, "no such trial") == [] and fd.triggers(data, None) == []
     assert fd.pick_trigger(rows, NAN).name == NAN
     assert fd.pick_trigger(rows, "gone").name == NAN  # the latest

@@ -96,6 +96,10 @@ def test_flight_trace_and_the_player_steps():
     assert ff.next_step([], 1) is None
     assert ff.when_text(None) == "" and ff.when_text(0.0) == "1970-01-01 00:00:00 UTC"
     assert ff.kind_label("non_finite") == "NaN / Inf"
+    assert ff.samples_text(list(range(880, 896))) == "samples 880–895"
+    assert ff.samples_text([5]) == "sample 5" and ff.samples_text(None) == ""
+    assert ff.samples_text(["a", "b"]) == "2 samples: a, b"
+    assert ff.samples_text(list(range(10, 0, -1))) == "10 samples: 10, 9, 8, 7, 6, 5, …"
     assert ff.value_text(float("nan")) == "nan" and ff.value_text(13840.84) == "1.384e+04"
 
 

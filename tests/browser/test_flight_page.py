@@ -110,8 +110,8 @@ def test_flight_page_plays_the_window_and_findings_link_there(dash_duo, triggere
     at_55 = wait_until(lambda: (p := painted(dash_duo)) == expected_colours(app, NAN, 55) and p,
                        what="the graph painted at step 55")
     assert at_55["layer1"][1] == NON_FINITE_COLOR
-    assert dash_duo.find_element(f"#{flight.STEP_SUMMARY}").text.startswith(
-        "NaN/Inf in 6: layer1")
+    summary = dash_duo.find_element(f"#{flight.STEP_SUMMARY}").text
+    assert summary.startswith("NaN/Inf in 6: layer1") and summary.endswith("samples 880–895")
     assert "First non-finite" in dash_duo.find_element(f"#{flight.MOVERS}").text
 
     # ▶ play from the window's start: the step moves and the colours change with it
