@@ -161,3 +161,35 @@ def test_bad_arguments_get_clear_errors(tmp_path):
     with pytest.raises(ConfigurationError, match="optimizer="):
         handle.gradients_before_clipping()
     handle.unwatch()
+
+
+def test_with_a_recorder_the_users_loop_drives_the_steps(tmp_path):
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    rec = comgra_like.ComgraRecorder(
+        tmp_path, "g", "t", comgra_like.DecisionMakerForRecordingsFrequencyPerType(1),
+        max_num_batch_size_to_record=0)
+    handle = comgra_like.watch(net, recorder=rec, optimizer=opt, verbose=False)
+    cap = Capture(opt)
+    data = batches(2 * ACCUM)
+    for step in range(2):
+        rec.start_batch(step, 5, type_of_execution="training")
+        for micro in range(ACCUM):  # accumulation: one iteration per micro-batch
+            x, y = data[step * ACCUM + micro]
+            rec.start_iteration()
+            (torch.nn.functional.mse_loss(net(x), y) / ACCUM).backward()
+            rec.finish_iteration()
+        opt.step()
+        opt.zero_grad()
+        rec.finish_batch()
+    handle.unwatch()
+    rec.finalize()
+    group = open_group(tmp_path / "g")
+    frame = group.read_optimizer_state("t")
+    assert set(frame[frame.quantity == "momentum_norm"].training_step) == {0, 1}
+    for step in range(2):
+        for name, p in net.named_parameters():
+            stats = group.read_tensor("t", step, -1, f"model.{name}", f"model.{name}",
+                                      "gradient:optimizer", "none").stats
+            used = cap.grads[step][id(p)].numpy()
+            assert (stats["min"], stats["max"]) == (used.min(), used.max())
