@@ -24,8 +24,8 @@ Live: the figures depend on the data status and the reads are cached per data ve
 of each trial (``metric_data``); a figure keeps its zoom across refreshes (uirevision).
 
 The package: ``layout`` (ids and the pure builders), ``choices`` (pure pieces), ``data``
-(the page's reads), ``card_callbacks`` and ``figure_callbacks``, ``callbacks`` (registers
-both). Every public name the single module had is importable from here.
+(the page's reads), ``views`` (what the cards, a figure and a spectrum show),
+``card_callbacks`` and ``figure_callbacks``, ``callbacks`` (registers both). Every public name the single module had is importable from here.
 """
 
 from __future__ import annotations

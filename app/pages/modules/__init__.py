@@ -21,8 +21,9 @@ overlaid) or every rank merged (counts added; re-binned where the ranks' bin edg
 differ, as each rank bins its own range: said in the panel's title).
 
 The package: ``layout`` (ids and the pure builders), ``navigation`` and ``grids`` (pure
-pieces), ``level_callbacks`` (the module graph) and ``histogram_callbacks`` (the panels),
-``callbacks`` (registers both). Every public name the single module had is importable
+pieces), ``views`` (what a level and a panel show), ``level_callbacks`` (the module
+graph) and ``histogram_callbacks`` (the panels, the rank selector), ``callbacks``
+(registers both). Every public name the single module had is importable
 from here.
 """
 

@@ -12,9 +12,10 @@ assets/comgra.js, a clientside callback), which notes the highlight it drew in t
 server made differs from that (another role, or a node that cannot be selected).
 
 The package: ``layout`` (ids and the pure layout), ``paint`` and ``value_views`` (pure
-pieces), ``data`` (the page's reads beyond the selection's), ``graph_callbacks`` and
-``value_callbacks`` (thin callbacks), ``callbacks`` (registers them all). Every name the
-single module had is importable from here.
+pieces), ``data`` (the page's reads beyond the selection's), ``views`` (what the graph,
+the values and the series show), ``graph_callbacks`` and ``value_callbacks`` (thin
+callbacks), ``callbacks`` (registers them all, and the rank selector). Every public name
+the single module had is importable from here.
 """
 
 from __future__ import annotations

@@ -8,19 +8,14 @@ import time
 from typing import Any
 
 import dash
-from dash import ALL, ClientsideFunction, Input, Output, Patch, State, no_update
+from dash import ALL, ClientsideFunction, Input, Output, State, no_update
 
-from comgra_like import vocabulary as vocab
-
-from ... import figures, ids, views
+from ... import ids
 from ... import selection as sel
-from ...controls.shown import if_changed, nothing, unchanged
-from ...graph_figure import build_graph_figure, highlight_updates, paint_updates
+from ...controls.shown import if_changed
 from ...parts import AppParts
-from .data import build_paint
+from . import views as tensor_views
 from .layout import (
-    GRAPH_HEIGHT_PX,
-    GRAPH_WIDTH_PX,
     PAINT_STATISTIC,
     PAINT_TYPE,
     PAUSE_LABEL,
@@ -54,73 +49,8 @@ def register_graph_callbacks(app: dash.Dash, parts: AppParts) -> None:
         drawn: dict | None,
     ) -> tuple:
         started = time.perf_counter()
-        current = (selection or {}).get("current") or {}
-        trial, step, iteration = (
-            current.get("trial"),
-            current.get("training_step"),
-            current.get("iteration"),
-        )
-        if trial is None or step is None or iteration is None:
-            message = "no recorded steps yet" if trial else "no trials yet"
-            key = {"graph": None, "message": message}
-            if unchanged(key, shown):
-                return nothing(3)
-            return figures.empty_figure(message), key, None
-        model = views.graph_model(data, trial, step, iteration)
-        if model is None:
-            key = {"graph": None, "message": "graph not written yet"}
-            if unchanged(key, shown):
-                return nothing(3)
-            return figures.empty_figure("the graph of this step is not written yet"), key, None
-        graph_key = [model.graph_hash, iteration]
-        node, role = current.get("node"), current.get("role")
-        key: dict[str, Any] = {"graph": graph_key, "node": node, "role": role}
-        painting = is_painting(statistic)
-        what: list = []
-        if painting:
-            what = [statistic, recording_type or vocab.FORWARD, paint_aggregation(current)]
-            # another step, or new data in the trial: other colours (a Patch), same figure
-            key["paint"] = {"what": what, "step": step, "version": data.trial_version(trial)}
-        # what the figure shows: the browser draws a clicked node itself (comgra.graphClick)
-        highlight = {"hash": model.graph_hash, "node": node, "role": role}
-        if unchanged(key, shown) and unchanged(highlight, drawn):
-            return nothing(3)
-        same_figure = (
-            shown
-            and shown.get("graph") == graph_key
-            and (shown.get("paint") or {}).get("what") == (key.get("paint") or {}).get("what")
-        )
-        if same_figure:
-            updates: list = []
-            if drawn != highlight:
-                updates += highlight_updates(model, node, role)
-            paint = None
-            if painting and shown.get("paint") != key["paint"]:
-                paint = build_paint(data, current, statistic, what[1])
-                if paint is not None:
-                    updates += paint_updates(model, paint)
-            if not updates:
-                return no_update, key, no_update
-            patch = Patch()
-            for trace, path, value in updates:
-                target = patch["data"][trace]
-                for part in path[:-1]:
-                    target = target[part]
-                target[path[-1]] = value
-            timings.record("graph_paint" if paint is not None else "graph_patch",
-                           time.perf_counter() - started)
-            return patch, key, if_changed(highlight, drawn)
-        paint = build_paint(data, current, statistic, what[1]) if painting else None
-        figure = build_graph_figure(
-            model,
-            selected_node=node,
-            selected_role=role,
-            width_px=GRAPH_WIDTH_PX,
-            height_px=GRAPH_HEIGHT_PX,
-            paint=paint,
-        )
-        timings.record("graph_figure", time.perf_counter() - started)
-        return figure, key, highlight
+        return tensor_views.graph_view(data, timings, started, selection, shown, statistic,
+                                recording_type, drawn)
 
     # Inputs are the trial and aggregation selectors, not the selection store: the
     # graph callback waits for this one whenever it may run (PAINT_TYPE is its input),
