@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigurationError, FlightTriggerError
+from ..errors import ConfigurationError, FlightTriggerError, NotFoundError
 from ..format import flight as ff
+from .flight_replay import ReplayResult, StateKeeper, replay
 from .flight_stats import BLOCK, batched_sums, derive
 from .module_io import tensor_version
 
@@ -104,7 +105,8 @@ class FlightRecorder:
                  *, predicate: Callable[[FlightStep], Any] | None = None,
                  on_trigger: str = "record", cooldown: int | None = None, warmup: int = 16,
                  spike_mads: float = 10.0, spike_floor: float = 0.05,
-                 max_full_bytes: int = 256 * 2**20, updates: bool = True):
+                 max_full_bytes: int = 256 * 2**20, updates: bool = True,
+                 keep_state: bool = False):
         for name, v, low in (("window", window, 2), ("full_steps", full_steps, 0),
                              ("after", after, 0), ("warmup", warmup, 2)):
             if type(v) is not int or v < low:
@@ -136,6 +138,9 @@ class FlightRecorder:
         self.cooldown = window if cooldown is None else cooldown
         self.warmup, self.spike_mads, self.spike_floor = warmup, float(spike_mads), float(spike_floor)
         self.max_full_bytes, self.updates = max_full_bytes, bool(updates)
+        #: keep_state=True: the parameters before each of the last two steps, on the host
+        #: (record/flight_replay.py; ``replay``).
+        self.state = StateKeeper() if keep_state else None
         #: Every trigger written so far (the records of the window files).
         self.fired: list[dict] = []
         #: Triggers seen inside a cooldown, not written.
@@ -209,6 +214,18 @@ class FlightRecorder:
             return True
         return False
 
+    def replay(self, model: torch.nn.Module, run_step, step: int | None = None
+               ) -> ReplayResult:
+        """``keep_state=True``: replay ``step`` (default: the last trigger's) on a fresh
+        ``model`` with ``run_step(model)`` (record/flight_replay.py)."""
+        if self.state is None:
+            raise ConfigurationError("replay() needs FlightRecorder(keep_state=True)")
+        if step is None:
+            if not self.fired:
+                raise NotFoundError("replay(): no trigger has fired yet; pass step=")
+            step = int(self.fired[-1]["step"])
+        return replay(self.state, step, model, run_step)
+
     def steps_kept(self) -> list[int]:
         """The training steps whose statistics are in memory now (the window), oldest
         first."""
@@ -235,6 +252,8 @@ class FlightRecorder:
         self._blocks, self._block_rows = [], 0
         values = [p.tensor.detach() for p in params]
         keys, names, nbytes, numels = self._layout(ff.VALUE, _PARAM_VALUE, params, values)
+        if self.state is not None:
+            self.state.keep(self._step, names, values)
         self._observe_many(keys, values, numels)
         before: list = [None] * len(values)
         if self.updates or self.full_steps:
