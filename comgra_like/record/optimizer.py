@@ -353,9 +353,9 @@ class OptimizerWatch(StepListener):
         writer.submit(MetricData(int(step), TRAINING, wall, [], rows))
 
     def _was_skipped(self) -> bool:
-        if self.scaler is not None and self._scale_at_start is not None:
-            if float(self.scaler.get_scale()) < self._scale_at_start:
-                return True
+        if self.scaler is not None and self._scale_at_start is not None and \
+                float(self.scaler.get_scale()) < self._scale_at_start:
+            return True
         trained = [p for p in self._all_params() if p.requires_grad]
         return bool(trained) and all(p.grad is None for p in trained)
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 
 import torch
-
-import comgra_like
 from comgra_like.app import create_app
 from comgra_like.app.data import AppData
 from comgra_like.app.optimizer_figures import PLOTS, optimizer_figure, optimizer_state
 from comgra_like.app.pages.modules.layout import panel, panel_id
+
+import comgra_like
 
 from .loops import batches, model, train
 
