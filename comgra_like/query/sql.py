@@ -26,9 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,37 +33,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from ..errors import ConfigurationError, NotFoundError, StorageError
-from ..format.files import Files, files_for
-from ..format.layout import (
-    LEGACY_NOTES_JSONL,
-    NOTES_DIR,
-    STEPS,
-    TABLES,
-    TrialLayout,
-    is_hidden,
-    live_shards,
-    shard_rank,
-)
-from ..format.schema import (
-    FILE_SCHEMAS,
-    OLD_COLUMN_NAMES,
-    RANK,
-    RANK_FIELD,
-    SCHEMA_VERSION,
-    SHARD_SCHEMAS,
-    TRIAL_ID_PATTERN,
-)
-from ..format.trial_config import read_config
-from .listing import GroupListing
-from .trial_index import reason_of
+from ..errors import ConfigurationError, StorageError
+from ..format.layout import NOTES_DIR
+from ..format.schema import FILE_SCHEMAS, OLD_COLUMN_NAMES, RANK, RANK_FIELD
+from .group_files import SHARD_TABLES, FilesListing, GroupFiles, Shard
 from .types import SkippedFile
 
 log = logging.getLogger("comgra_like")
 
-#: The views over the shards of every trial: the tables of ``format/layout.py`` and the
-#: notes. A table added there (histograms, metrics, ...) becomes a view of the same name.
-SHARD_TABLES: tuple[str, ...] = (*TABLES, NOTES_DIR)
 TRIALS_TABLE = "trials"
 CONFIG_TABLE = "config"
 #: Every table a query can name.
@@ -81,8 +55,6 @@ _MAX_ATTEMPTS = 4
 _FILE_COLUMN = "__comgra_file"
 # The trial's folder name in a dataset over objects (a column of every row of a file).
 _TRIAL_COLUMN = "__comgra_trial"
-# Footers read at once when an object store is listed (each one request, latency-bound).
-_REMOTE_CHECKS = 16
 
 
 def remote_parquet_format() -> pads.ParquetFileFormat:
@@ -125,220 +97,6 @@ def _duckdb() -> Any:
     return duckdb
 
 
-@dataclass(frozen=True)
-class _Shard:
-    trial_id: str
-    table: str
-    path: str  # as messages and ``skipped`` name it: a local path, or s3://bucket/key
-    location: str  # for the filesystem seam (an object's ``s3:/bucket/key``)
-    name_rank: int  # the rank in the file's name, 0 without one
-    size: int = field(compare=False, default=0)  # bytes, from the listing
-    # The file's columns (from its footer, read when it was checked)
-    schema: pa.Schema = field(compare=False, repr=False, default=None)
-
-
-@dataclass
-class _Listing:
-    """What one look at the group found: the trials, the shards to read, the problems."""
-
-    trials: list[dict]
-    shards: dict[str, list[_Shard]]  # table -> shards, trial by trial, in sequence order
-    legacy_notes: list[dict]
-    skipped: dict[str, SkippedFile]
-
-
-class GroupFiles:
-    """The files of a group a reader should read (no DuckDB needed): the trials shown,
-    each table's live shards, the damaged files left out. A file's check is cached by
-    its signature (shards are never modified, so a good file is checked once).
-
-    The group may be a folder or an ``s3://bucket/prefix/group`` location: everything is
-    listed and read through the filesystem seam (``format.files.files_for``), so both
-    follow the same rules. On an object store the listing of a table folder gives each
-    object's signature, and the footers of new objects are read in parallel.
-    """
-
-    def __init__(self, group_path: str | os.PathLike):
-        self.files: Files = files_for(group_path)
-        if self.files.remote:
-            self.path = Path(str(group_path))
-            self.display = self.files.display(self.path)
-            if not self.files.is_dir(self.path):
-                raise NotFoundError(
-                    f"nothing is stored under {self.display}; pass "
-                    "s3://<bucket>/<prefix>/<group> with the comgra_root_path the recorder "
-                    "wrote to (and the same AWS_* environment variables)")
-        else:
-            self.path = Path(os.path.abspath(group_path))
-            self.display = str(self.path)
-            if not self.path.is_dir():
-                raise NotFoundError(
-                    f"{self.path} is not a group folder; pass the folder "
-                    "<comgra_root_path>/<group> that the recorder writes to")
-        # location -> (signature, problem or None, the file's schema)
-        self._checked: dict[str, tuple[Any, str | None, pa.Schema | None]] = {}
-        self._lock = threading.Lock()
-
-    def list(self) -> _Listing:
-        """Look at the group: its trials, the shards to read, the files left out."""
-        skipped: dict[str, SkippedFile] = {}
-        trials: list[dict] = []
-        found: list[tuple[str, str, Path, Any]] = []  # (trial, table, location, signature)
-        legacy: list[dict] = []
-        # the query API's listing seam: each folder listed once, with its signatures
-        listing = GroupListing(self.path, self.files)
-        folder = listing.trials
-        names = [n for n in listing.visible_trial_folders() if TRIAL_ID_PATTERN.match(n)]
-        if self.files.remote and len(names) > 1:
-            # a few requests per trial, each a round trip: the trials at once
-            with ThreadPoolExecutor(max_workers=min(_REMOTE_CHECKS, len(names))) as pool:
-                looked = list(pool.map(
-                    lambda n: self._look(TrialLayout(folder / n), listing), names))
-        else:
-            looked = [self._look(TrialLayout(folder / n), listing) for n in names]
-        for info, problems, listed, notes in looked:
-            skipped.update(problems)
-            if info is None:
-                continue
-            trials.append(info)
-            found.extend(listed)
-            legacy.extend(notes)
-        shards: dict[str, list[_Shard]] = {t: [] for t in SHARD_TABLES}
-        for (trial_id, table, location, sig), (problem, schema) in zip(
-                found, self._check_all(found)):
-            shown = self.files.display(location)
-            if problem is not None:
-                skipped[shown] = SkippedFile(shown, problem)
-                continue
-            shards[table].append(_Shard(trial_id, table, shown, str(location),
-                                        shard_rank(location.name) or 0, sig[1], schema))
-        return _Listing(trials, shards, legacy, skipped)
-
-    def _look(self, layout: TrialLayout, listing: GroupListing
-              ) -> tuple[dict | None, dict[str, SkippedFile], list[tuple[str, str, Path, Any]],
-                         list[dict]]:
-        """One trial: its trials row (None: not shown), its problems, its live shards
-        (trial, table, location, signature) and its legacy notes."""
-        problems: dict[str, SkippedFile] = {}
-        info = self._trial_info(layout, problems)
-        if info is None:
-            return None, problems, [], []
-        found = []
-        # Steps first: the writer renames a step's other shards before its steps
-        # shard, so every step listed here has its tensors listed below.
-        for table in sorted(SHARD_TABLES, key=lambda t: t != STEPS):
-            where = layout.table(table)
-            listed = listing.signatures(where)
-            for shard in live_shards([n for n in listed if not is_hidden(n)]):
-                found.append((layout.trial_id, table, where / shard, listed[shard]))
-        return info, problems, found, self._legacy_notes(layout)
-
-    def _trial_info(self, layout: TrialLayout, skipped: dict[str, SkippedFile]) -> dict | None:
-        """The trials row of a trial, or None when it is not shown (as the query API:
-        no trial.json yet, an unreadable one, or a newer storage format)."""
-        path = layout.trial_json
-        shown = self.files.display(path)
-        try:
-            if not self.files.exists(path):
-                return None  # being created
-            data = json.loads(self.files.read_bytes(path).decode("utf-8"))
-            if not isinstance(data, dict):
-                raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
-            version = int(data["schema_version"])
-        except FileNotFoundError:
-            return None  # deleted while listed
-        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
-            skipped[shown] = SkippedFile(shown, f"unreadable trial.json ({reason_of(e)})")
-            return None
-        if version > SCHEMA_VERSION:
-            skipped[shown] = SkippedFile(
-                shown, f"written with storage format {version}, this version reads up to "
-                       f"{SCHEMA_VERSION}: upgrade comgra_like")
-            return None
-        ended = data.get("ended")
-        return {
-            "trial_id": layout.trial_id, "status": str(data.get("status", "")),
-            "created": float(data.get("created") or 0.0),
-            "ended": None if ended is None else float(ended),
-            "abort_reason": data.get("abort_reason"), "schema_version": version,
-            "settings": json.dumps(data.get("settings") or {}, sort_keys=True),
-            "versions": json.dumps(data.get("versions") or {}, sort_keys=True),
-            "config": json.dumps(read_config(data), sort_keys=True),
-        }
-
-    def _check_all(self, found: list[tuple[str, str, Path, Any]]
-                   ) -> list[tuple[str | None, pa.Schema | None]]:
-        """(problem, schema) of each listed shard, in order. Footers not checked before
-        are read in parallel on an object store (one request each, latency-bound)."""
-        def check(item: tuple[str, str, Path, Any]) -> tuple[str | None, pa.Schema | None]:
-            _, table, location, sig = item
-            return self._problem(location, table, sig)
-
-        new = sum(1 for item in found if self._known(str(item[2]), item[3]) is None)
-        if self.files.remote and new > 1:
-            with ThreadPoolExecutor(max_workers=min(_REMOTE_CHECKS, new)) as pool:
-                return list(pool.map(check, found))
-        return [check(item) for item in found]
-
-    def _known(self, location: str, sig: Any) -> tuple[str | None, pa.Schema | None] | None:
-        with self._lock:
-            checked = self._checked.get(location)
-        if checked is not None and checked[0] == sig:
-            return checked[1], checked[2]
-        return None
-
-    def _problem(self, location: Path, table: str,
-                 sig: Any) -> tuple[str | None, pa.Schema | None]:
-        """Why a shard cannot be read (its footer is damaged, or it lacks columns of its
-        table), or None; and its columns."""
-        known = self._known(str(location), sig)
-        if known is not None:
-            return known
-        problem, schema = None, None
-        try:
-            schema = self.files.parquet_metadata(location).schema.to_arrow_schema()
-            expected = SHARD_SCHEMAS.get(table)
-            # a column under its older name (format/schema.py OLD_COLUMN_NAMES) is there
-            renamed = OLD_COLUMN_NAMES.get(table, {})
-            present = {renamed.get(n, n) for n in schema.names}
-            missing = ([] if expected is None
-                       else [n for n in expected.names if n not in present])
-            if missing:
-                problem = f"not a {table} shard (no column {', '.join(missing)})"
-        except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
-            problem = f"unreadable shard ({reason_of(e)})"
-        with self._lock:
-            before = self._checked.get(str(location))
-            self._checked[str(location)] = (sig, problem, schema)
-        if problem is not None and (before is None or before[1] != problem):
-            log.warning("skipping damaged file %s: %s", self.files.display(location), problem)
-        return problem, schema
-
-    def mark_damaged(self, shard: _Shard, exc: BaseException) -> None:
-        reason = f"unreadable shard ({reason_of(exc)})"
-        location = Path(shard.location)
-        with self._lock:
-            self._checked[shard.location] = (self.files.signature(location), reason, None)
-        log.warning("skipping damaged file %s: %s", shard.path, reason)
-
-    def read_whole(self, shard: _Shard) -> None:
-        """Read every page of a shard (raises what a damaged one raises)."""
-        self.files.read_parquet(Path(shard.location))
-
-    def exists(self, shard: _Shard) -> bool:
-        return self.files.exists(Path(shard.location))
-
-    def _legacy_notes(self, layout: TrialLayout) -> list[dict]:
-        """The notes of ``notes.jsonl`` (recordings made before notes were shards):
-        complete lines only; a line that is no note object is shown as its text, as the
-        query API."""
-        try:
-            data = self.files.read_bytes(layout.root / LEGACY_NOTES_JSONL)
-        except (OSError, pa.ArrowException):
-            return []
-        return _legacy_note_rows(layout.trial_id, data)
-
-
 class GroupSQL:
     """DuckDB views over every trial of a group. Create it with :func:`connect`.
 
@@ -367,7 +125,7 @@ class GroupSQL:
         if threads is not None:
             self._con.execute(f"SET threads TO {int(threads)}")
         self._skipped: dict[str, SkippedFile] = {}
-        self._listing: _Listing | None = None
+        self._listing: FilesListing | None = None
         try:
             self.refresh()
         except BaseException:
@@ -472,7 +230,7 @@ class GroupSQL:
                         f"({', '.join(excluded)}) REPLACE ({', '.join(replaced)}) "
                         "FROM (" + " UNION ALL BY NAME ".join(parts) + ")")
 
-    def _dataset(self, table: str, shards: list[_Shard]) -> pads.Dataset:
+    def _dataset(self, table: str, shards: list[Shard]) -> pads.Dataset:
         """A pyarrow dataset over a table's objects: one fragment per shard, whose trial
         (the folder name) and file name are columns of its rows (constants of the
         fragment: a filter on trial_id skips the other trials' objects unread). Its
@@ -563,7 +321,7 @@ class GroupSQL:
         self._build_views()
         return changed
 
-    def _file_named_in(self, message: str) -> _Shard | None:
+    def _file_named_in(self, message: str) -> Shard | None:
         """The listed shard an error message names (pyarrow names an object by its key,
         bucket/key, without the scheme)."""
         listing = self._listing
@@ -577,7 +335,7 @@ class GroupSQL:
         return None
 
 
-def _files(listing: _Listing) -> set[str]:
+def _files(listing: FilesListing) -> set[str]:
     return {s.path for shards in listing.shards.values() for s in shards}
 
 
@@ -679,23 +437,6 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     """A file's schema with dictionary columns as their values' type (the views' types)."""
     return pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type)
                       else f for f in schema])
-
-
-def _legacy_note_rows(trial_id: str, data: bytes) -> list[dict]:
-    end = data.rfind(b"\n")
-    rows = []
-    for line in data[: end + 1].splitlines():
-        try:
-            obj = json.loads(line)
-            step = obj.get("training_step")
-            rows.append({"trial_id": trial_id, "text": str(obj.get("text", "")),
-                         "wall_time": float(obj.get("wall_time") or 0.0),
-                         "training_step": None if step is None else int(step)})
-        except (ValueError, TypeError, AttributeError):
-            rows.append({"trial_id": trial_id,
-                         "text": line.decode("utf-8", "replace"), "wall_time": 0.0,
-                         "training_step": None})
-    return rows
 
 
 def _config_rows(trials: list[dict]) -> list[dict]:
