@@ -5,12 +5,12 @@ steps. A trigger (a non-finite value, a loss / gradient-norm / update-ratio spik
 user predicate) writes the window into the trial's ``flight/`` folder
 (``format/flight.py``) and makes the recorder record the next ``after`` steps in full.
 
-Statistics are reduced where a tensor lives, two reductions per tensor
-(``torch.var_mean`` and ``torch.aminmax``; the L2 norm follows from the mean and the
-variance). On the CPU they are read at once (free there); NaN and Inf are counted only
-for a tensor whose statistics are not finite. On a GPU the counts are reduced too, a
-step's statistics are stacked into one small tensor, copied to pinned memory without
-blocking, and judged at the end of the next step, so training never waits for the GPU.
+Statistics are reduced where a tensor lives (sum, sum of squares, min and max; the
+mean, std and L2 norm follow). On the CPU they are read at once (free there); NaN and Inf
+are counted only for a tensor whose statistics are not finite. On a GPU a step's
+statistics are stacked into one small tensor, copied to pinned memory without blocking,
+and judged at the end of a later step once the copy has landed (at most
+``_MAX_PENDING`` steps later), so training never waits for the GPU.
 
 Nothing here raises into training: an internal failure logs once and disarms the flight
 recorder (training goes on). The one exception on purpose is
@@ -44,6 +44,7 @@ log = logging.getLogger("comgra_like")
 #: Codes of a row's meaning, for the step's scalars (grad norm, update ratio, loss).
 _OTHER, _PARAM_VALUE, _PARAM_GRAD, _PARAM_UPDATE, _LOSS_VALUE, _LOSS_KPI = range(6)
 _MAD_TO_SIGMA = 1.4826
+_MAX_PENDING = 4  # GPU steps judged late at most (then the oldest is waited for)
 
 
 def _guarded(method):
@@ -176,7 +177,7 @@ class FlightRecorder:
         self._before: list[torch.Tensor | None] = []
         self._params_seen_grad = False
         self._sample_ids: list | None = None
-        self._pending: tuple | None = None  # a device step waiting for its host copy
+        self._pending: deque = deque()  # device steps waiting for their host copy
         self._after_left = 0
         self._cooldown_until: int | None = None
         self._seq = 0
@@ -365,25 +366,33 @@ class FlightRecorder:
         blocks, self._blocks, self._block_rows = self._blocks, [], 0
         pieces = ([torch.stack(parts)] if parts else []) + [b.reshape(-1) for b in blocks]
         if pieces and pieces[0].device.type != "cpu":
-            # a GPU: one stacked copy to pinned memory, judged a step later (no waiting)
+            # a GPU: one stacked copy to pinned memory, judged once it has landed
             stacked = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
             host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
             host.copy_(stacked, non_blocking=True)
             event = torch.cuda.Event()
             event.record()
-            previous, self._pending = self._pending, (step, idx, rows, host, event, sample_ids)
-            if previous is not None:
-                self._settle(previous)
+            self._pending.append((step, idx, rows, host, event, sample_ids))
+            self._drain()
             return
         raw = (torch.cat(pieces) if len(pieces) > 1 else pieces[0]).tolist() if pieces else []
         self._judge(_StepRecord(step, idx, derive(rows, raw), sample_ids, {}))
 
     @_guarded
     def settle(self) -> None:
-        """Judge a step still waiting for its copy from the GPU (at flush and finalize)."""
-        previous, self._pending = self._pending, None
-        if previous is not None:
-            self._settle(previous)
+        """Judge the steps still waiting for their copy from the GPU (at flush and
+        finalize): waits for them."""
+        while self._pending:
+            self._settle(self._pending.popleft())
+
+    def _drain(self) -> None:
+        """Judge, oldest first, every waiting step whose copy has landed (``query()``:
+        no waiting); the oldest is waited for only when more than ``_MAX_PENDING`` wait.
+        Waiting for the step before at the end of each step (as before) kept the CPU at
+        most a step ahead of the GPU, and an armed GPT-2 step waited for the CPU."""
+        pending = self._pending
+        while pending and (len(pending) > _MAX_PENDING or pending[0][4].query()):
+            self._settle(pending.popleft())
 
     def _settle(self, pending: tuple) -> None:
         step, idx, rows, host, event, sample_ids = pending

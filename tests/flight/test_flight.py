@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -334,3 +335,45 @@ def test_sums_of_many_tensors_in_chunks_equal_their_own_sums(monkeypatch):
         monkeypatch.setattr(flight_stats, "SUM_CHUNK", chunk)
         got = flight_stats.batched_sums(ts, {})
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), chunk
+
+
+class _Event:
+    """A stand-in for a CUDA event: done or not yet."""
+
+    def __init__(self, done: bool):
+        self.done = done
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.done = True
+
+
+def test_device_steps_are_judged_when_their_copy_has_landed_oldest_first(tmp_path):
+    """A GPU's steps wait in a queue: judged without waiting once their event says the
+    copy landed, in order; the oldest is waited for only beyond the bound; settle()
+    judges the rest (no CUDA needed: the events are stand-ins)."""
+    from comgra_like.record import flight as flight_module
+
+    fr = FlightRecorder(window=16)
+    fr.attach(tmp_path)
+    key = fr._key("t", "t", "value", "calculated", 0, None)
+
+    def pending(step, done):
+        # one row reduced on a device: its 6 numbers in the host copy
+        host = torch.tensor([float(step), 1.0, 0.0, 1.0, 0.0, 0.0])
+        return (step, np.asarray([key]), [((), None, 1)], host, _Event(done), None)
+
+    fr._pending.append(pending(0, True))
+    fr._pending.append(pending(1, False))
+    fr._pending.append(pending(2, True))
+    fr._drain()
+    assert fr.steps_kept() == [0]  # step 1 not landed: it and the later ones wait
+    for s in range(3, 3 + flight_module._MAX_PENDING):
+        fr._pending.append(pending(s, False))
+        fr._drain()
+    assert fr.steps_kept() == [0, 1, 2]  # beyond the bound: the oldest are waited for
+    fr.settle()
+    assert fr.steps_kept() == list(range(3 + flight_module._MAX_PENDING))
+    assert [r.values[0, 0] for r in fr._ring] == [float(s) for s in fr.steps_kept()]
