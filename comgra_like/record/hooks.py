@@ -37,6 +37,7 @@ from ..errors import ComgraError
 from ..format.graphs import canonical_hash
 from ..protocol import ModuleGraph, Watch, WatchReport, WatchStep
 from ..vocabulary import CALCULATED, INPUT
+from .compiled import compiled_detail
 from .flow import in_flow_pass
 from .guard import Guard
 from .lifecycle import Stage
@@ -261,7 +262,8 @@ class Watcher:
         self._set_active(False)  # (a forward that raised left it on)
         if module.training:
             if self.optimizer is not None and (self.open == TRAINING or self.open_skipped) \
-                    and self._same_optimizer_step():
+                    and self.optimizer.continues_step(self._optimizer_steps_at_open,
+                                                      self.backward_seen):
                 if self.open == TRAINING:  # a further micro-batch of the same step
                     self._begin_iteration()
                 return
@@ -296,14 +298,6 @@ class Watcher:
                 return
             self.rec = rec
             self._start_step(self.train_count - 1, VALIDATION, args, kwargs)
-
-    def _same_optimizer_step(self) -> bool:
-        """With an optimizer: whether a training forward belongs to the open step (no
-        optimizer step since it opened, and its gradients were not reset after a
-        backward: a step the scaler skipped, or one the loop gave up)."""
-        if self.optimizer.steps_taken != self._optimizer_steps_at_open:
-            return False
-        return not (self.backward_seen and self.optimizer.gradients_reset())
 
     def _validation_recorder(self):
         """The validation trial's recorder (made now at the first validation pass)."""
@@ -722,20 +716,6 @@ class Watcher:
             self.step_outputs = []
             self.snapshots = {}
             self.invocations = []
-
-
-def compiled_detail(module: torch.nn.Module) -> str | None:
-    """What watching a ``torch.compile``d module cannot record (None: not compiled)."""
-    if type(module).__name__ != "OptimizedModule":
-        return None
-    inner = dict(module.named_children()).get("_orig_mod")
-    what = type(inner).__name__ if inner is not None else "the module"
-    return (f"{what} is compiled (torch.compile): its submodules run inside the compiled "
-            "graph, where module hooks cannot run without breaking it, so only the compiled "
-            "module's own inputs, outputs and their gradients are recorded, with every "
-            "parameter, its gradient and the optimizer's state; the submodules' inputs, "
-            "outputs and io_grad are not (watch the model before compiling it, or compile "
-            "its submodules, to record them)")
 
 
 def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:

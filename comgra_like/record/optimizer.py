@@ -359,6 +359,15 @@ class OptimizerWatch(StepListener):
         trained = [p for p in self._all_params() if p.requires_grad]
         return bool(trained) and all(p.grad is None for p in trained)
 
+    def continues_step(self, steps_at_open: int, backward_seen: bool) -> bool:
+        """For watch()'s driver: whether a training forward belongs to the step that
+        opened when ``steps_at_open`` optimizer steps had been taken (no optimizer step
+        since, and the gradients were not reset after a backward: a step the scaler
+        skipped, or one the loop gave up)."""
+        if self.steps_taken != steps_at_open:
+            return False
+        return not (backward_seen and self.gradients_reset())
+
     def gradients_reset(self) -> bool:
         """Whether no parameter of the optimizers has a gradient now (``zero_grad()``);
         stops at the first gradient found."""
