@@ -36,7 +36,7 @@ import torch
 from ..errors import ConfigurationError, FlightTriggerError, NotFoundError
 from ..format import flight as ff
 from .flight_replay import ReplayResult, StateKeeper, replay
-from .flight_stats import BLOCK, batched_sums, derive
+from .flight_stats import BLOCK, batched_sums, derive, trial_json_entry
 from .module_io import tensor_version
 
 log = logging.getLogger("comgra_like")
@@ -666,18 +666,8 @@ class FlightRecorder:
         """trial.json names the trigger (through the writer: ``notify``)."""
         if self._notify is None:
             return
-        detail = {k: trigger[k] for k in ("name", "node", "role", "median", "threshold",
-                                          "growth", "rows_non_finite", "said")
-                  if trigger.get(k) is not None}
-        if len(trigger["triggers"]) > 1:
-            detail["also"] = [t["kind"] for t in trigger["triggers"][1:]]
-        value = trigger.get("value")
         try:
-            self._notify({"kind": trigger["kind"], "training_step": int(trigger["step"]),
-                          "tensor": trigger.get("tensor"),
-                          "value": None if value is None else float(value),
-                          "window_steps": steps, "detail": detail,
-                          "wall_time": trigger["time"]})
+            self._notify(trial_json_entry(trigger, steps))
         except Exception as e:  # noqa: BLE001 - the window is written; training goes on
             self._warn("notify", "comgra_like: the flight recorder's trigger could not be "
                        f"named in trial.json ({type(e).__name__}: {e}); the window is in "

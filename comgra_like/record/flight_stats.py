@@ -1,6 +1,6 @@
 """The flight recorder's arithmetic (issue 30, ``record/flight.py``): the sums of many
-tensors with few launches, and a step's statistics from its reductions. Torch and numpy
-only; nothing here keeps state."""
+tensors with few launches, a step's statistics from its reductions, and a trigger as
+trial.json names it. Torch and numpy only; nothing here keeps state."""
 
 from __future__ import annotations
 
@@ -88,3 +88,18 @@ def derive(rows: list, raw: list) -> np.ndarray:
         out[:, 3] = np.sqrt(red[:, 1])
         out[:, 4:6] = red[:, 4:6]
     return out
+
+
+def trial_json_entry(trigger: dict, steps: list[int]) -> dict:
+    """A fired trigger as ``WriterClient.flight_trigger`` takes it (trial.json's
+    ``flight_triggers``): kind, step, tensor, value, the window's steps, and the rest
+    (the window's file name, node, role, a spike's median and threshold) as detail."""
+    detail = {k: trigger[k] for k in ("name", "node", "role", "median", "threshold",
+                                      "growth", "rows_non_finite", "said")
+              if trigger.get(k) is not None}
+    if len(trigger["triggers"]) > 1:
+        detail["also"] = [t["kind"] for t in trigger["triggers"][1:]]
+    value = trigger.get("value")
+    return {"kind": trigger["kind"], "training_step": int(trigger["step"]),
+            "tensor": trigger.get("tensor"), "value": None if value is None else float(value),
+            "window_steps": list(steps), "detail": detail, "wall_time": trigger["time"]}
