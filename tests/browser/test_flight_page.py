@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from comgra_like.app import flight_data as fd
 from comgra_like.app import flight_figures as ff
+from comgra_like.app import ids
 from comgra_like.app.graph_figure import NON_FINITE_COLOR, node_style
 from comgra_like.app.pages import flight
 from selenium.common.exceptions import StaleElementReferenceException
 
 from tests.app.test_flight_data import NAN, SPIKE, TRIAL, WINDOW, make_triggered_group
 from tests.browser.helpers import start_app, wait_until
+from tests.browser.test_gui import click_node, css, wait_for_header
 
 pytestmark = pytest.mark.browser
 
@@ -140,4 +142,29 @@ def test_flight_page_plays_the_window_and_findings_link_there(dash_duo, triggere
                what="the Flight page's URL")
     wait_until(lambda: (c := chart(dash_duo)) and c.get(ff.FLIGHT_TRACE_NAME) == list(
         range(15, 31)), what="the spike's window opened from the finding")
+    assert dash_duo.get_logs() == [], dash_duo.get_logs()
+
+
+SERIES_TRACES = """
+const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
+if (!gd || !gd._fullData) return null;
+return JSON.stringify(gd._fullData.map((t) => ({name: t.name, x: Array.from(t.x || [])})));
+"""
+
+
+def test_tensors_page_across_steps_chart_shows_the_windows(dash_duo, triggered):
+    start_app(dash_duo, triggered)
+    click_node(dash_duo, "layer1")
+    wait_for_header(dash_duo, "node", "layer1")
+
+    def traces():
+        found = dash_duo.driver.execute_script(SERIES_TRACES, css(ids.series_graph()))
+        return {t["name"]: t["x"] for t in json.loads(found)} if found else {}
+
+    shown = wait_until(lambda: (t := traces()) and any(
+        n.startswith(ff.FLIGHT_TRACE_NAME) for n in t) and t, what="the flight window trace")
+    dense = next(x for n, x in shown.items() if n.startswith(ff.FLIGHT_TRACE_NAME))
+    assert [s for s in dense if s is not None] == list(range(15, 31)) + list(range(40, 56))
+    recorded = next(x for n, x in shown.items() if not n.startswith(ff.FLIGHT_TRACE_NAME))
+    assert recorded == [0, 10, 20, 30, 31, 32, 42, 52, 56, 57, 67]
     assert dash_duo.get_logs() == [], dash_duo.get_logs()

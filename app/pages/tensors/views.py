@@ -13,7 +13,7 @@ from dash import Patch, no_update
 from comgra_like import vocabulary as vocab
 from comgra_like.errors import ComgraError
 
-from ... import figures
+from ... import figures, flight_data, flight_figures
 from ... import selection as sel
 from ...controls.shown import if_changed, nothing, unchanged
 from ...data import AppData
@@ -180,6 +180,9 @@ def series_view(data: AppData, timings: Any, started: float, selection: dict | N
     except ComgraError as exc:
         return figures.empty_figure(str(exc), VIEW_HEIGHT), key
     figure = figures.series_figure(frame, statistic, step, height=VIEW_HEIGHT)
+    # the flight recorder's windows: every step of them among the recorded steps
+    flight_figures.add_flight_window(figure, flight_data.tensors_page_series(
+        data, current, statistic), statistic, current.get("aggregation"))
     figure["layout"]["uirevision"] = str(what)  # zoom survives step changes
     timings.record("series", time.perf_counter() - started)
     return figure, key
