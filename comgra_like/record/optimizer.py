@@ -46,6 +46,7 @@ from .optimizer_state import (
     as_float,
     gradient_norms,
     state_statistics,
+    to_floats,
     total_norm,
     update_statistics,
 )
@@ -306,8 +307,8 @@ class OptimizerWatch(StepListener):
                 stats.update(update_statistics(p, before))
                 for q, v in stats.items():
                     keys.append((name, q))
-                    values.append(v.detach().reshape(()).cpu())
-        numbers = torch.stack(values).tolist() if values else []
+                    values.append(v.detach())
+        numbers = to_floats(values)
         rows = [[pending.step, name, cls, PREFIX + q, 0, _finite(v), wall]
                 for (name, q), v in zip(keys, numbers)]
         for p, before, norm in zip(pending.params, pending.before, pending.norms):

@@ -113,6 +113,20 @@ def update_statistics(param: torch.Tensor, before: torch.Tensor) -> dict[str, to
     return {"update_norm": norm, "update_absmax": absmax, "update_ratio": ratio}
 
 
+def to_floats(values: list[torch.Tensor]) -> list[float]:
+    """0-dimensional tensors as floats, one copy to the host per device (a copy per
+    value would wait for a GPU once per value)."""
+    by_device: dict[torch.device, list[int]] = {}
+    for i, v in enumerate(values):
+        by_device.setdefault(v.device, []).append(i)
+    out = [math.nan] * len(values)
+    for indices in by_device.values():
+        numbers = torch.stack([values[i].reshape(()) for i in indices]).tolist()
+        for i, x in zip(indices, numbers):
+            out[i] = x
+    return out
+
+
 def gradient_norms(params: list[torch.Tensor]) -> list[float | None]:
     """The L2 norm (float64) of each parameter's ``.grad`` now (None: no gradient)."""
     norms: list[torch.Tensor] = []
@@ -120,12 +134,11 @@ def gradient_norms(params: list[torch.Tensor]) -> list[float | None]:
     for i, p in enumerate(params):
         g = p.grad
         if g is not None:
-            norms.append(torch.linalg.vector_norm(g.detach().to(torch.float64)).cpu())
+            norms.append(torch.linalg.vector_norm(g.detach().to(torch.float64)))
             where.append(i)
     out: list[float | None] = [None] * len(params)
-    if norms:
-        for i, v in zip(where, torch.stack(norms).tolist()):
-            out[i] = v
+    for i, v in zip(where, to_floats(norms)):
+        out[i] = v
     return out
 
 
