@@ -114,14 +114,14 @@ def update_statistics(param: torch.Tensor, before: torch.Tensor) -> dict[str, to
 
 
 def to_floats(values: list[torch.Tensor]) -> list[float]:
-    """0-dimensional tensors as floats, one copy to the host per device (a copy per
+    """0-dimensional tensors as floats (in their order), one copy to the host per device (a copy per
     value would wait for a GPU once per value)."""
     by_device: dict[torch.device, list[int]] = {}
     for i, v in enumerate(values):
         by_device.setdefault(v.device, []).append(i)
     out = [math.nan] * len(values)
     for indices in by_device.values():
-        numbers = torch.stack([values[i].reshape(()) for i in indices]).tolist()
+        numbers = torch.stack([values[i] for i in indices]).tolist()  # 0-dimensional
         for i, x in zip(indices, numbers):
             out[i] = x
     return out
