@@ -13,6 +13,7 @@ import os
 
 from ..format import flow_requests as _requests
 from ..format.flow_requests import RowRequest, Serving
+from ..format.flows import DONE, FAILED, PENDING  # an edit's and a row request's states
 
 #: What :func:`serving` says of a trial whose heartbeat cannot be read at all.
 NOBODY = Serving(False, None, None, None, None, None)
@@ -46,5 +47,5 @@ def rows_chain_id(record_id: str) -> str:
     return _requests.rows_chain_id(record_id)
 
 
-__all__ = ["NOBODY", "RowRequest", "Serving", "how_to_serve", "is_rows_chain",
+__all__ = ["DONE", "FAILED", "NOBODY", "PENDING", "RowRequest", "Serving", "how_to_serve", "is_rows_chain",
            "read_row_request", "rows_chain_id", "serving"]

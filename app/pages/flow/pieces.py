@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comgra_like.format.flows import FAILED, PENDING
+from comgra_like.query.flow_serving import FAILED, PENDING
 
 from ... import flow_figures as ff
 from .layout import RUN

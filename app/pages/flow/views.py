@@ -11,8 +11,8 @@ from typing import Any
 from dash import html, no_update
 
 from comgra_like.errors import ComgraError
-from comgra_like.format.flows import DONE, FAILED, PENDING
 from comgra_like.query import flow_serving
+from comgra_like.query.flow_serving import DONE, FAILED, PENDING
 
 from ... import flow_edits as fe
 from ... import flow_figures as ff
