@@ -123,6 +123,10 @@ class OptimizerWatch(StepListener):
         self.guard = Guard("comgra_like optimizer", self._drop)
         self.steps_taken = 0  # optimizer steps seen, recorded or not
         self._pending: dict[int, _Pending] = {}
+        # an optimizer whose step() calls its parent class's step() runs the hooks once per
+        # level: only the outermost call counts (reset at every training forward, in case a
+        # step raised between its hooks)
+        self._depth = [0] * len(self.optimizers)
         self._explicit: dict[int, float | None] | None = None  # gradients_before_clipping
         self._at_backward: dict[int, float | None] | None = None
         self._backward_scale = 1.0
@@ -167,10 +171,15 @@ class OptimizerWatch(StepListener):
 
     def report(self) -> dict:
         """The optimizer part of the watch report."""
-        return {"optimizers": [type(o).__name__ for o in self.optimizers],
-                "steps_seen": self.steps_taken, "skipped_steps_recorded": self.skipped_steps,
-                "scaler": self.scaler is not None,
-                "gradient_group": GRADIENT_GROUP if self.record_gradients else None}
+        report = {"optimizers": [type(o).__name__ for o in self.optimizers],
+                  "steps_seen": self.steps_taken,
+                  "skipped_steps_recorded": self.skipped_steps,
+                  "scaler": self.scaler is not None,
+                  "gradient_group": GRADIENT_GROUP if self.record_gradients else None}
+        failures = self.guard.summary()
+        if failures is not None:
+            report["internal_errors"] = failures
+        return report
 
     # ----- the step's lifecycle (the recorder's events) --------------------------------
 
@@ -203,6 +212,8 @@ class OptimizerWatch(StepListener):
     def _root_post(self, module, args, output):
         if self.closed or not module.training:
             return
+        if any(self._depth):
+            self._depth = [0] * len(self.optimizers)
         try:
             if not self.recording():
                 return
@@ -239,6 +250,9 @@ class OptimizerWatch(StepListener):
         def pre(optimizer, args, kwargs):
             if watch.closed:
                 return
+            watch._depth[index] += 1
+            if watch._depth[index] > 1:  # a parent class's step() inside the step
+                return
             watch._stepped_in_step = True
             try:
                 if not watch.recording():
@@ -254,6 +268,9 @@ class OptimizerWatch(StepListener):
 
         def post(optimizer, args, kwargs):
             if watch.closed:
+                return
+            watch._depth[index] = max(watch._depth[index] - 1, 0)
+            if watch._depth[index]:
                 return
             watch.steps_taken += 1
             pending = watch._pending.pop(index, None)

@@ -193,3 +193,64 @@ def test_with_a_recorder_the_users_loop_drives_the_steps(tmp_path):
                                       "gradient:optimizer", "none").stats
             used = cap.grads[step][id(p)].numpy()
             assert (stats["min"], stats["max"]) == (used.min(), used.max())
+
+
+def test_several_optimizers_each_record_their_parameters(tmp_path):
+    net = model()
+    first = torch.optim.Adam(net[0].parameters(), lr=1e-2)
+    second = torch.optim.SGD(net[2].parameters(), lr=0.1, momentum=0.9)
+    handle = _watch(net, tmp_path, [first, second], log_freq=1)
+    for x, y in batches(3):
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        first.step()
+        second.step()
+        first.zero_grad()
+        second.zero_grad()
+    handle.unwatch()
+    frame = open_group(handle.group_path).read_optimizer_state("t")
+    assert sorted(set(frame.training_step)) == [0, 1, 2]
+    by_param = frame.groupby("parameter").optimizer.first().to_dict()
+    assert by_param["model.0.weight"] == "Adam" and by_param["model.2.weight"] == "SGD"
+    assert by_param["optimizer"] == "Adam" and by_param["optimizer_1"] == "SGD"
+    assert {"exp_avg_norm"} <= set(frame[frame.parameter == "model.0.weight"].quantity)
+    assert {"momentum_norm"} <= set(frame[frame.parameter == "model.2.weight"].quantity)
+
+
+class _OddAdam(torch.optim.SGD):
+    """An optimizer with Adam-like state whose betas cannot be read as numbers; its
+    step() calls SGD's, so the step hooks run nested when SGD's step is hooked too."""
+
+    def step(self, closure=None):
+        super().step(closure)
+        for group in self.param_groups:
+            group["betas"] = ("not", "numbers")
+            for p in group["params"]:
+                self.state[p]["exp_avg"] = torch.zeros_like(p)
+                self.state[p]["exp_avg_sq"] = torch.ones_like(p)
+                self.state[p]["step"] = torch.tensor(1.0)
+
+
+def test_a_failure_inside_the_hooks_never_reaches_training(tmp_path, caplog):
+    def run(watched):
+        net = model()
+        opt = _OddAdam(net.parameters(), lr=0.1)
+        handle = _watch(net, tmp_path, opt, log_freq=1) if watched else None
+        losses, _ = train(net, opt, batches(3))
+        if handle is not None:
+            report = handle.report()
+            handle.unwatch()
+            return net, losses, report
+        return net, losses, None
+
+    torch.optim.SGD(model().parameters(), lr=0.1)  # SGD.step hooked: nested step hooks
+    bare, bare_losses, _ = run(False)
+    with caplog.at_level("WARNING", logger="comgra_like"):
+        net, losses, report = run(True)
+    assert losses == bare_losses
+    for a, b in zip(bare.parameters(), net.parameters()):
+        assert torch.equal(a, b)
+    said = [r for r in caplog.records if "comgra_like optimizer: an internal error" in
+            r.getMessage()]
+    assert len(said) == 1  # logged once, counted after
+    assert report["optimizer"]["internal_errors"]["count"] == 3, report["optimizer"]
+    assert report["optimizer"]["steps_seen"] == 3  # the outermost step() only
