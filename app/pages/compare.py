@@ -28,6 +28,7 @@ from .. import compare_figures as cf
 from .. import ids
 from .. import selection as sel
 from ..controls.shown import if_changed
+from ..data import AppData
 from ..graph_figure import build_graph_figure
 from ..parts import AppParts
 from . import modules
@@ -191,32 +192,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def overlay(trials: list | None, value: str | None, statistic: str | None,
                 weight: float | None, group_by: str | None, band: str | None,
                 log_y: list | None, _status: Any) -> Any:
-        trials = [t for t in trials or [] if t in set(data.trial_ids())]
-        quantity = data_of.decode(value)
-        if not trials:
-            return cf.empty_figure("Tick trials in the table.")
-        if quantity is None:
-            return cf.empty_figure("Nothing of this kind in the ticked trials.")
-        statistic = statistic or "mean"
-        started = time.perf_counter()
-        series = {t: data_of.series(data, t, quantity, statistic) for t in trials}
-        parts.timings.record("compare.series", time.perf_counter() - started)
-        figure = _overlay_figure(series, quantity, statistic, weight, group_by, band)
-        if log_y:
-            figure.update_yaxes(type="log")
-        parts.timings.record("compare.overlay", time.perf_counter() - started)
-        return figure
-
-    def _overlay_figure(series: dict, quantity: list, statistic: str, weight: Any,
-                        group_by: str | None, band: str | None) -> Any:
-        groups = None
-        if group_by and group_by != NO_GROUPING:
-            frame = data_of.trials_frame(data)
-            groups = cf.group_trials(list(series), data_of.config_values(frame, group_by))
-        return cf.overlay_figure(series, data_of.quantity_label(quantity, statistic),
-                                 weight=float(weight or 0), groups=groups,
-                                 band=band or cf.BAND_STD,
-                                 group_key=None if groups is None else group_by)
+        return overlay_view(data, parts.timings, trials, value, statistic, weight, group_by,
+                            band, log_y)
 
     @app.callback(
         Output(DIVERGENCE, "children"), Output(PLACES, "data"), Output(OPEN_A, "disabled"),
@@ -224,30 +201,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         Output(DIFF_GRAPH, "figure"), Output(DIFF_GRAPH, "style"),
         Input(TABLE, "selected_row_ids"), Input(ids.DATA_STATUS, "data"))
     def first_divergence(trials: list | None, _status: Any) -> tuple:
-        trials = [t for t in trials or [] if t in set(data.trial_ids())]
-        hidden = {"display": "none"}
-        if len(trials) < 2:
-            text = "Tick two trials to see where they first differ."
-            return text, None, True, True, True, "", no_update, hidden
-        a, b = trials[:2]
-        started = time.perf_counter()
-        found = data_of.divergence(data, a, b)
-        parts.timings.record("compare.divergence", time.perf_counter() - started)
-        places = [found.get("where_a"), found.get("where_b")]
-        note = (f"first trial {a!r}, second {b!r}; the Tensors page shows one trial at "
-                "a time")
-        header = html.B(f"First divergence of {a} and {b}: ")
-        painted = (data_of.difference_graph(data, a, b, places[0]) if places[0] else None)
-        figure, style, below = no_update, hidden, []
-        if painted is not None:
-            figure = build_graph_figure(painted[0], paint=painted[1], width_px=1200,
-                                        height_px=360)
-            style = {"height": "380px"}
-            below = [html.Div(f"Below: {a}'s graph at step {painted[1].step}, painted by the "
-                              f"{painted[1].label} between the two trials.",
-                              className="text-muted mt-1 difference-title")]
-        return ([header, html.Span(found["text"], className="divergence-text"), *below], places,
-                places[0] is None, places[1] is None, False, note, figure, style)
+        return divergence_view(data, parts.timings, trials)
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),
@@ -280,6 +234,68 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if wanted is None or wanted == value or wanted not in data.trial_ids():
             return no_update
         return wanted
+
+
+def overlay_view(data: AppData, timings: Any, trials: list | None, value: str | None,
+                 statistic: str | None, weight: float | None, group_by: str | None,
+                 band: str | None, log_y: list | None) -> Any:
+    """The ticked trials' quantity over the steps, overlaid (grouped by a config key)."""
+    trials = [t for t in trials or [] if t in set(data.trial_ids())]
+    quantity = data_of.decode(value)
+    if not trials:
+        return cf.empty_figure("Tick trials in the table.")
+    if quantity is None:
+        return cf.empty_figure("Nothing of this kind in the ticked trials.")
+    statistic = statistic or "mean"
+    started = time.perf_counter()
+    series = {t: data_of.series(data, t, quantity, statistic) for t in trials}
+    timings.record("compare.series", time.perf_counter() - started)
+    figure = overlay_figure(data, series, quantity, statistic, weight, group_by, band)
+    if log_y:
+        figure.update_yaxes(type="log")
+    timings.record("compare.overlay", time.perf_counter() - started)
+    return figure
+
+
+def overlay_figure(data: AppData, series: dict, quantity: list, statistic: str, weight: Any,
+                   group_by: str | None, band: str | None) -> Any:
+    groups = None
+    if group_by and group_by != NO_GROUPING:
+        frame = data_of.trials_frame(data)
+        groups = cf.group_trials(list(series), data_of.config_values(frame, group_by))
+    return cf.overlay_figure(series, data_of.quantity_label(quantity, statistic),
+                             weight=float(weight or 0), groups=groups,
+                             band=band or cf.BAND_STD,
+                             group_key=None if groups is None else group_by)
+
+
+def divergence_view(data: AppData, timings: Any, trials: list | None) -> tuple:
+    """Where the first two ticked trials first differ: the text, the places the buttons
+    open, the buttons' states, the note, and their difference painted on the graph."""
+    trials = [t for t in trials or [] if t in set(data.trial_ids())]
+    hidden = {"display": "none"}
+    if len(trials) < 2:
+        text = "Tick two trials to see where they first differ."
+        return text, None, True, True, True, "", no_update, hidden
+    a, b = trials[:2]
+    started = time.perf_counter()
+    found = data_of.divergence(data, a, b)
+    timings.record("compare.divergence", time.perf_counter() - started)
+    places = [found.get("where_a"), found.get("where_b")]
+    note = (f"first trial {a!r}, second {b!r}; the Tensors page shows one trial at "
+            "a time")
+    header = html.B(f"First divergence of {a} and {b}: ")
+    painted = (data_of.difference_graph(data, a, b, places[0]) if places[0] else None)
+    figure, style, below = no_update, hidden, []
+    if painted is not None:
+        figure = build_graph_figure(painted[0], paint=painted[1], width_px=1200,
+                                    height_px=360)
+        style = {"height": "380px"}
+        below = [html.Div(f"Below: {a}'s graph at step {painted[1].step}, painted by the "
+                          f"{painted[1].label} between the two trials.",
+                          className="text-muted mt-1 difference-title")]
+    return ([header, html.Span(found["text"], className="divergence-text"), *below], places,
+            places[0] is None, places[1] is None, False, note, figure, style)
 
 
 PAGE = Page(PATH, NAME, layout, register_callbacks)
