@@ -97,6 +97,8 @@ _LAZY = {
     "submit_input": ("format.flows", "submit_input"),
     "request_rows": ("format.flow_requests", "request_rows"),
     "import_flow_info": ("format.vnittest", "import_flow_info"),
+    # the optimizer's gradient and state for a loop without watch() (docs/OPTIMIZER.md)
+    "watch_optimizer": ("record.optimizer", "watch_optimizer"),
     # distributed recording (docs/DISTRIBUTED.md)
     "any_rank": ("record.ranks", "any_rank"),
     # findings and comparison

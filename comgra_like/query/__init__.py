@@ -18,7 +18,9 @@ Needs numpy, pandas and pyarrow; never torch or dash.
 
 from __future__ import annotations
 
+from ..format.trial import flight_triggers
 from .cache import ByteLRU, estimate_bytes
+from .flight import read_flight_statistics, statistics_with_flight
 from .provider import DEFAULT_CACHE_BYTES, Group, open_group
 from .sql import GroupSQL, connect, shard_files, sql
 from .tensors import KEY_COLUMNS, STATISTICS_KEY_COLUMNS
@@ -56,7 +58,10 @@ __all__ = [
     "TrialInfo",
     "connect",
     "estimate_bytes",
+    "flight_triggers",
     "open_group",
+    "read_flight_statistics",
     "shard_files",
+    "statistics_with_flight",
     "sql",
 ]
