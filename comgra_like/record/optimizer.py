@@ -255,13 +255,37 @@ class OptimizerWatch(StepListener):
                 return
             watch._stepped_in_step = True
             try:
+                # args: (the optimizer, the step's own arguments...)
+                closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+                if callable(closure):  # the gradients come from the closure, inside step()
+                    return watch._with_closure(index, optimizer, closure, args, kwargs)
                 if not watch.recording():
-                    return
+                    return None
                 watch._before_step(index, optimizer, watch.recorder)
             except Exception as e:  # noqa: BLE001 - never into training (guard.py)
                 watch._pending.pop(index, None)
                 watch.guard.failed("the optimizer's step pre-hook", e)
+            return None
         return pre
+
+    def _with_closure(self, index: int, optimizer, closure, args, kwargs):
+        """``step(closure)`` (Lightning, LBFGS): the closure runs forward and backward
+        inside ``step()``, after the pre-hooks (and the forward in it may open the step
+        watch() records); the step's arguments get a closure that calls it and then reads
+        the gradients when the step is recorded (its result is returned as it is)."""
+        def closure_then_read():
+            result = closure()
+            try:
+                if self.recording():
+                    self._before_step(index, optimizer, self.recorder)
+            except Exception as e:  # noqa: BLE001 - never into training (guard.py)
+                self._pending.pop(index, None)
+                self.guard.failed("reading the gradients after the step's closure", e)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_then_read}
+        return (args[0], closure_then_read, *args[2:]), kwargs
 
     def _post_of(self, index: int):
         watch = self
@@ -295,9 +319,10 @@ class OptimizerWatch(StepListener):
             scale = 1.0 if self._explicit is not None else self._backward_scale
             before_clip = [None if (v := source.get(id(p))) is None else v / scale
                            for p in params]
+        again = index in self._pending  # a closure called once more (LBFGS)
         self._pending[index] = _Pending(rec, rec.training_step, params, norms, before,
                                         before_clip)
-        if self.record_gradients:
+        if self.record_gradients and not again:
             try:
                 rec.record_current_gradients(group_name(index))
             except CallOrderError:

@@ -254,3 +254,34 @@ def test_a_failure_inside_the_hooks_never_reaches_training(tmp_path, caplog):
     assert len(said) == 1  # logged once, counted after
     assert report["optimizer"]["internal_errors"]["count"] == 3, report["optimizer"]
     assert report["optimizer"]["steps_seen"] == 3  # the outermost step() only
+
+
+def test_a_step_with_a_closure_records_the_gradient_the_closure_made(tmp_path):
+    # Lightning's automatic optimization and LBFGS: forward and backward run inside
+    # optimizer.step(closure), after the step's pre-hooks
+    def run(watched: bool):
+        net = model()
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        handle = _watch(net, tmp_path, opt, log_freq=1) if watched else None
+        made = []
+        for x, y in batches(3):
+            def closure(x=x, y=y):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                loss.backward()
+                made.append({n: p.grad.detach().clone() for n, p in net.named_parameters()})
+                return loss
+            opt.step(closure)
+        if handle is not None:
+            handle.unwatch()
+        return net, made, handle
+
+    bare, _, _ = run(False)
+    net, made, handle = run(True)
+    for a, b in zip(bare.parameters(), net.parameters()):
+        assert torch.equal(a, b)
+    group = open_group(handle.group_path)
+    assert sorted(set(group.list_steps("t").training_step)) == [0, 1, 2]
+    for step in range(3):
+        for name, grad in made[step].items():
+            _same_gradient(group, step, f"model.{name}", grad.numpy())
