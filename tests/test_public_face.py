@@ -25,6 +25,7 @@ PUBLIC_MODULES = {
     "comgra_like.analysis",
     "comgra_like.integrations.lightning",
     "comgra_like.integrations.huggingface",
+    "comgra_like.integrations.pytorch_lightning",
     "comgra_like.scripts.tutorial",
 }
 
