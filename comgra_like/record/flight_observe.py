@@ -1,0 +1,307 @@
+"""The flight recorder's observation of a step (issue 30, ``record/flight.py``): the
+parameters' values at the start of a step, every registered tensor and its gradient,
+the parameters' gradients and updates, KPIs and sample ids, reduced where they live;
+at the end of the step the statistics go to the judge, at once on the CPU and, on a
+GPU, once their copy to pinned memory has landed. A mixin of
+:class:`~comgra_like.record.flight.FlightRecorder`: its state lives on the recorder
+(``_init_observer``)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections import deque
+
+import numpy as np
+import torch
+
+from ..errors import FlightTriggerError
+from ..format import flight as ff
+from . import flight_catalog as cat
+from .flight_catalog import StepRecord
+from .flight_stats import BLOCK, batched_sums, derive
+
+log = logging.getLogger("comgra_like")
+
+MAX_PENDING = 4  # GPU steps judged late at most (then the oldest is waited for)
+
+
+def guarded(method):
+    """Never raise into training: log once, disarm, go on (FlightTriggerError passes)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._broken:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except FlightTriggerError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of ours must not stop training
+            self._broken = True
+            log.warning("comgra_like: the flight recorder failed in %s (%s: %s) and is "
+                        "switched off; training and the regular recording go on",
+                        method.__name__, type(e).__name__, e)
+            return None
+    return wrapper
+
+
+class FlightObserver:
+    """What one step shows: its rows (a catalog key and the reductions each)."""
+
+    def _init_observer(self) -> None:
+        self._broken = False
+        self._step: int | None = None
+        self._rows_idx: list[int] = []
+        # per row: (reductions, tensor or None, numel) or a host row (the 6 statistics)
+        self._rows: list = []
+        self._blocks: list = []  # (rows, 6) tensors of _observe_many
+        self._block_rows = 0
+        self._force_batched = False  # tests: the GPU's batched reductions on the CPU
+        self._ends: dict = {}  # where each tensor ends in a concatenation, per layout
+        self._layouts: dict = {}  # a role of a set of parameters: keys, names, sizes
+        self._before: list[torch.Tensor | None] = []
+        self._params_seen_grad = False
+        self._sample_ids: list | None = None
+        self._pending: deque = deque()  # device steps waiting for their host copy
+
+    # ----- one step ----------------------------------------------------------------------
+
+    @guarded
+    def begin(self, step: int, params: list) -> None:
+        """Start of a training step: the parameters' values (statistics, and the copy the
+        update is computed from)."""
+        self._step = int(step)
+        self._rows_idx, self._rows, self._full = [], [], []
+        self._full_bytes = 0
+        self._params_seen_grad = False
+        self._sample_ids = None
+        self._blocks, self._block_rows = [], 0
+        values = [p.tensor.detach() for p in params]
+        keys, names, nbytes, numels = self._layout(ff.VALUE, cat.PARAM_VALUE, params, values)
+        if self.state is not None:
+            self.state.keep(self._step, names, values)
+        self._observe_many(keys, values, numels)
+        before: list = [None] * len(values)
+        if self.updates or self.full_steps:
+            before = (torch._foreach_mul(values, 1.0) if self._batched(values)
+                      else [t.clone() for t in values])  # one launch on a GPU
+            self._keep_many(names, ff.VALUE, before, True, nbytes)
+        self._before = before
+
+    @guarded
+    def observe_tensor(self, name: str, tensor: torch.Tensor, node: str | None, kind: str) -> None:
+        """A registered tensor's value; its gradient is observed by a hook when backward
+        reaches it (the hook returns None: the gradient is not changed)."""
+        if self._step is None or not isinstance(tensor, torch.Tensor):
+            return
+        t = tensor.detach()
+        code = cat.LOSS_VALUE if kind == "loss" else cat.OTHER
+        self._observe(self._key(name, node or name, ff.VALUE, kind, code, t), t)
+        self._keep(name, ff.VALUE, t, copied=False)
+        if tensor.requires_grad and not isinstance(tensor, torch.nn.Parameter) and kind != "parameter":
+            tensor.register_hook(functools.partial(self._gradient_hook, name, node or name, kind))
+
+    def _gradient_hook(self, name: str, node: str, kind: str, grad: torch.Tensor) -> None:
+        if self._broken or self._step is None:
+            return
+        try:
+            g = grad.detach()
+            self._observe(self._key(name, node, ff.GRADIENT, kind, cat.OTHER, g), g)
+            self._keep(name, ff.GRADIENT, g, copied=False)
+        except Exception as e:  # noqa: BLE001 - inside backward: never raise
+            self._broken = True
+            log.warning("comgra_like: the flight recorder failed in a gradient hook (%s: %s) "
+                        "and is switched off; training goes on", type(e).__name__, e)
+        return
+
+    @guarded
+    def observe_parameter_gradients(self, params: list) -> None:
+        if self._step is None or self._params_seen_grad:
+            return
+        self._params_seen_grad = True
+        grads = [p.tensor.grad for p in params]
+        if None in grads:
+            have = [(p, g) for p, g in zip(params, grads) if g is not None]
+            params, grads = [p for p, _ in have], [g for _, g in have]
+        grads = [g.detach() for g in grads]
+        keys, names, nbytes, numels = self._layout(ff.GRADIENT, cat.PARAM_GRAD, params, grads)
+        self._observe_many(keys, grads, numels)
+        self._keep_many(names, ff.GRADIENT, grads, False, nbytes)
+
+    @guarded
+    def observe_gradient(self, name: str, grad: torch.Tensor) -> None:
+        """One parameter's gradient (watch()'s post-accumulate hooks); the parameters'
+        gradients are then not read again at the end of the step."""
+        if self._step is None:
+            return
+        self._params_seen_grad = True
+        g = grad.detach()
+        self._observe(self._key(name, name, ff.GRADIENT, "parameter", cat.PARAM_GRAD, g), g)
+        self._keep(name, ff.GRADIENT, g, copied=False)
+
+    @guarded
+    def observe_kpi(self, group: str, name: str, value) -> None:
+        if self._step is None:
+            return
+        full = f"{group}/{name}"
+        code = cat.LOSS_KPI if "loss" in full.lower() else cat.OTHER
+        if isinstance(value, torch.Tensor):
+            v = value.detach().reshape(-1)[:1]
+            self._observe(self._key(full, full, ff.KPI, "kpi", code, v), v)
+        else:
+            v = float(value)
+            key = self._key(full, full, ff.KPI, "kpi", code, None)
+            self._rows_idx.append(key)
+            self._rows.append((v, v * v, v, v, float(math.isnan(v)), float(math.isinf(v)),
+                               1))  # a host row, as the CPU's reductions
+
+    @guarded
+    def register_sample_ids(self, ids) -> None:
+        if self._step is None:
+            return
+        if isinstance(ids, torch.Tensor):
+            ids = ids.detach().reshape(-1).tolist()
+        self._sample_ids = [i if isinstance(i, (int, str)) else str(i) for i in ids]
+
+    @guarded
+    def end(self, params: list) -> None:
+        """End of a training step (after the optimizer step): the updates, then the
+        step's statistics go into the ring and the triggers are judged."""
+        if self._step is None:
+            return
+        self.observe_parameter_gradients(params)
+        if self.updates:
+            pairs = [(p, b) for p, b in zip(params, self._before)
+                     if b is not None and b.shape == p.tensor.shape]
+            after = [p.tensor.detach() for p, _ in pairs]
+            befores = [b for _, b in pairs]
+            updates = (torch._foreach_sub(after, befores) if self._batched(after)
+                       else [a - b for a, b in zip(after, befores)])
+            keys, names, nbytes, numels = self._layout(
+                ff.UPDATE, cat.PARAM_UPDATE, [p for p, _ in pairs], updates)
+            self._observe_many(keys, updates, numels)
+            self._keep_many(names, ff.UPDATE, updates, True, nbytes)
+        self._before = []
+        step, idx, rows = self._step, np.asarray(self._rows_idx, np.int64), self._rows
+        sample_ids, full = self._sample_ids, self._full
+        self._step, self._rows_idx, self._rows, self._full = None, [], [], []
+        if self.full_steps:
+            self._full_ring.append((step, full))
+        parts = [q for row in rows if type(row[0]) is tuple for q in row[0]]
+        blocks, self._blocks, self._block_rows = self._blocks, [], 0
+        pieces = ([torch.stack(parts)] if parts else []) + [b.reshape(-1) for b in blocks]
+        if pieces and pieces[0].device.type != "cpu":
+            # a GPU: one stacked copy to pinned memory, judged once it has landed
+            stacked = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+            host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+            host.copy_(stacked, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._pending.append((step, idx, rows, host, event, sample_ids))
+            self._drain()
+            return
+        raw = (torch.cat(pieces) if len(pieces) > 1 else pieces[0]).tolist() if pieces else []
+        self._judge(StepRecord(step, idx, derive(rows, raw), sample_ids, {}))
+
+    @guarded
+    def settle(self) -> None:
+        """Judge the steps still waiting for their copy from the GPU (at flush and
+        finalize): waits for them."""
+        while self._pending:
+            self._settle(self._pending.popleft())
+
+    def _drain(self) -> None:
+        """Judge, oldest first, every waiting step whose copy has landed (``query()``:
+        no waiting); the oldest is waited for only when more than ``MAX_PENDING`` wait.
+        Waiting for the step before at the end of each step (as before) kept the CPU at
+        most a step ahead of the GPU, and an armed GPT-2 step waited for the CPU."""
+        pending = self._pending
+        while pending and (len(pending) > MAX_PENDING or pending[0][4].query()):
+            self._settle(pending.popleft())
+
+    def _settle(self, pending: tuple) -> None:
+        step, idx, rows, host, event, sample_ids = pending
+        event.synchronize()
+        self._judge(StepRecord(step, idx, derive(rows, host.tolist()), sample_ids, {}))
+
+    # ----- statistics --------------------------------------------------------------------
+
+    def _observe(self, key: int, t: torch.Tensor) -> None:
+        """Three reductions where the tensor lives (sum, sum of squares, min and max). On
+        the CPU they are read at once as Python floats (no waiting there; cheaper than
+        stacking 0-dim tensors at the end of the step), NaN and Inf counted only where a
+        sum is not finite. On a GPU they stay 0-dim tensors until the end of the step
+        stacks them all into one, the NaN and Inf counted at once (two more reductions,
+        no waiting)."""
+        n = t.numel()
+        if n == 0:
+            return
+        if t.is_complex():
+            t = t.abs()
+        if t.dtype is not torch.float32:
+            t = t.float()
+        flat = t.reshape(-1)
+        if flat.device.type == "cpu":
+            total, squares = flat.sum().item(), torch.dot(flat, flat).item()
+            low, high = torch.aminmax(flat)
+            nan = inf = 0.0
+            if not (math.isfinite(total) and math.isfinite(squares)):
+                nan, inf = float(torch.isnan(flat).sum()), float(torch.isinf(flat).sum())
+            self._rows.append((total, squares, low.item(), high.item(), nan, inf, n))
+        else:
+            parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat),
+                     torch.isnan(flat).sum().float(), torch.isinf(flat).sum().float())
+            self._rows.append((parts, None, n))
+        self._rows_idx.append(key)
+
+    def _batched(self, tensors: list) -> bool:
+        """Whether a list of tensors is reduced together: on a GPU (or when forced for
+        tests), all float32 on one device, more than a few."""
+        if len(tensors) < 4 or not (self._force_batched or tensors[0].device.type != "cpu"):
+            return False
+        dev = tensors[0].device
+        return all(t.dtype is torch.float32 and t.device == dev for t in tensors)
+
+    def _layout(self, role: str, code: int, params: list, tensors: list) -> tuple:
+        """(catalog keys, names, bytes in all, numels) of a role of these parameters,
+        worked out once per set of parameters (a step's per-parameter Python was a good
+        part of an armed GPU step, whose CPU launches the kernels)."""
+        key = (role, tuple(map(id, params)))
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) > 32:
+                self._layouts.clear()
+            layout = self._layouts[key] = (
+                [self._key(p.full_name, p.full_name, role, "parameter", code, t)
+                 for p, t in zip(params, tensors)],
+                [p.full_name for p in params],
+                sum(t.numel() * t.element_size() for t in tensors),
+                [int(t.numel()) for t in tensors])
+        return layout
+
+    def _observe_many(self, keys: list[int], tensors: list, numels: list | None = None) -> None:
+        """The statistics of many tensors with few launches (a GPU's parameters,
+        gradients, updates): the L2 norms and abs maxima with the multi-tensor
+        ``torch._foreach_norm`` (fused kernels on a GPU), the sums with a few launches
+        (``_sums``), three stacks.
+        NaN and Inf are not counted here (NaN in the counts); a non-finite value still
+        shows in the sums and norms."""
+        if numels is None or 0 in numels:
+            pairs = [(k, t) for k, t in zip(keys, tensors) if t.numel()]
+            keys, tensors = [k for k, _ in pairs], [t for _, t in pairs]
+            numels = [int(t.numel()) for t in tensors]
+        if not self._batched(tensors):
+            for key, t in zip(keys, tensors):
+                self._observe(key, t)
+            return
+        ts = tensors
+        l2 = torch.stack(torch._foreach_norm(ts, 2))
+        amax = torch.stack(torch._foreach_norm(ts, float("inf")))
+        sums = batched_sums(ts, self._ends)
+        nan = torch.full_like(sums, float("nan"))
+        self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
+        first = self._block_rows
+        self._rows.extend((BLOCK, first + i, n) for i, n in enumerate(numels))
+        self._rows_idx.extend(keys)
+        self._block_rows += len(keys)
