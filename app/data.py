@@ -11,39 +11,39 @@ One cache, one bound: the query API's :class:`~comgra_like.query.ByteLRU` of
 them (option indexes, series, and the views' models through :meth:`AppData.cached`),
 each under keys of its own namespace. Derived entries are keyed by the trial's data
 version, so a refresh that finds new data for a trial makes them stale by construction.
+
+``AppData`` is three parts: the group, its refreshes and the status (``GroupRefresh``,
+app/data_refresh.py), the tensor reads and painted values (``TensorReads``,
+app/data_tensors.py), and here the derived cache, the listing of trials, steps, graphs
+and what each step recorded, and the findings.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from comgra_like.errors import ComgraError, ConfigurationError, NotFoundError
+from comgra_like.errors import NotFoundError
 from comgra_like.query.cache import ByteLRU, estimate_bytes
-from comgra_like.vocabulary import ANY_TYPE, BATCH_AGGREGATIONS, NO_BATCH
+from comgra_like.vocabulary import ANY_TYPE
 
 from . import selection as sel
-from .controls.rank_selector import MERGED
+from .data_refresh import (  # noqa: F401  (the names app.data had before the split)
+    KEEP_REFRESHES,
+    MAX_READ_PROBLEMS,
+    DataStatus,
+    GroupRefresh,
+    RefreshRecord,
+)
+from .data_tensors import TensorReads
 from .findings_scan import Findings
-from .statistic_table import StatisticTable
 from .steps import StepList
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 _NAMESPACE = "comgra_like.app"  # the first part of every key the GUI puts in the cache
-#: At most this many unforeseen read failures are kept for the banner (the log has all).
-MAX_READ_PROBLEMS = 50
-#: The last this many refreshes are kept (:meth:`AppData.refreshes`).
-KEEP_REFRESHES = 50
-log = logging.getLogger("comgra_like.app")
-
 
 _INDEX_COLUMNS = ("iteration", "node", "role", "recording_type", "aggregation", "sample_index")
 
@@ -54,37 +54,7 @@ def _tensor_index_bytes(index: Mapping[tuple, Mapping[str, tuple[str, ...]]]) ->
     return 256 + sum(400 + 250 * len(by_type) for by_type in index.values())
 
 
-@dataclass(frozen=True)
-class DataStatus:
-    """What the live-status badge and the banners show."""
-
-    version: int
-    trial_statuses: tuple[tuple[str, str], ...]
-    last_data_time: float | None
-    skipped: tuple[tuple[str, str], ...]
-    problem: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "trials": dict(self.trial_statuses),
-            "last_data": self.last_data_time,
-            "skipped": [list(s) for s in self.skipped],
-            "problem": self.problem,
-        }
-
-
-@dataclass(frozen=True)
-class RefreshRecord:
-    """One look for new data: when it ended, what it cost and the data version it left."""
-
-    wall_time: float  # time.time() at its end
-    seconds: float  # the whole refresh
-    group_seconds: float  # of which in the query API (opening the group, Group.refresh)
-    version: int  # the group's data version after it (0: no group yet)
-
-
-class AppData:
+class AppData(GroupRefresh, TensorReads):
     """The data side of one GUI: the group (opened lazily), refreshes, derived caches."""
 
     def __init__(
@@ -99,192 +69,9 @@ class AppData:
         self.path = Path(path).expanduser()
         self.refresh_seconds = float(refresh_seconds)
         self.cache = ByteLRU(int(cache_bytes))
-        if open_group is None:
-            from comgra_like.query import open_group
-        self._open_group = open_group
-        self._group: Any = None
-        self._problem: str | None = None
-        self._lock = threading.RLock()
-        self._last_refresh = 0.0
-        self._last_data_time: float | None = None
-        self._trial_versions: dict[str, int] = {}
-        # reads that failed in a way the query API did not foresee: where -> why
-        self._read_problems: dict[str, str] = {}
-        self._refreshes: deque[RefreshRecord] = deque(maxlen=KEEP_REFRESHES)
+        self._start_group(open_group)
         self._findings = Findings(self, _NAMESPACE)
-        self._indexer: threading.Thread | None = None
-        if index_wait is None:
-            self.refresh(force=True)
-        else:
-            self._index_in_background(index_wait)
-
-    # --- refresh ----------------------------------------------------------------------
-
-    @property
-    def group(self) -> Any:
-        """The query API's Group, or None while the path does not exist yet."""
-        return self._group
-
-    def _index_in_background(self, wait: float) -> None:
-        """Open the group and index it in a thread of its own (the first index of
-        thousands of trials takes tens of seconds); wait at most ``wait`` seconds for it.
-        Meanwhile the pages show the trials indexed so far and the status says how far
-        the index is."""
-        started = time.perf_counter()
-        try:
-            self._group = self._open_group(self.path, cache=self.cache, refresh=False)
-        except ComgraError as exc:
-            self._problem = str(exc)
-            return  # the next refresh tries again
-        except OSError as exc:
-            self._problem = f"{self.path} cannot be read: {exc}"
-            return
-
-        def index() -> None:
-            # not under self._lock: status() and the pages go on meanwhile
-            try:
-                report = self._group.refresh()
-            except (ComgraError, OSError) as exc:
-                self._problem = f"Reading {self.path} failed: {exc}"
-                return  # the next refresh tries again
-            except Exception as exc:
-                log.exception("indexing %s failed", self.path)
-                self._problem = f"Indexing {self.path} failed ({type(exc).__name__}: {exc})"
-                return
-            with self._lock:
-                self._note_report(report)
-                seconds = time.perf_counter() - started
-                self._refreshes.append(
-                    RefreshRecord(time.time(), seconds, seconds, int(self._group.version)))
-
-        self._indexer = threading.Thread(target=index, name="comgra-index", daemon=True)
-        self._indexer.start()
-        self._indexer.join(max(0.0, wait))
-
-    @property
-    def indexing(self) -> tuple[int, int] | None:
-        """(trial folders indexed, listed) while the first index runs in the background
-        (``index_wait``), else None."""
-        indexer = self._indexer
-        if indexer is None or not indexer.is_alive():
-            return None
-        progress = self._group.indexing if self._group is not None else None
-        return progress or (0, 0)
-
-    def refresh(self, force: bool = False) -> DataStatus:
-        """Look for new data (at most twice per refresh interval, whoever asks) and report."""
-        if self.indexing is not None and not force:
-            return self.status()  # the first index is still running: report how far
-        with self._lock:
-            now = time.monotonic()
-            if force or now - self._last_refresh >= self.refresh_seconds / 2:
-                self._last_refresh = now
-                started = time.perf_counter()
-                group_seconds = self._refresh_now()
-                version = int(self._group.version) if self._group is not None else 0
-                self._refreshes.append(
-                    RefreshRecord(
-                        time.time(), time.perf_counter() - started, group_seconds, version
-                    )
-                )
-            return self.status()
-
-    def refreshes(self) -> list[RefreshRecord]:
-        """The last refreshes that looked for new data, oldest first (for benchmarks and the
-        debug log; a refresh asked for too soon after the last one is not among them)."""
-        with self._lock:
-            return list(self._refreshes)
-
-    def _refresh_now(self) -> float:
-        """Open or refresh the group; the seconds spent in the query API."""
-        started = time.perf_counter()
-        if self._group is None:
-            try:
-                self._group = self._open_group(self.path, cache=self.cache)
-            except ComgraError as exc:
-                self._problem = str(exc)
-                return time.perf_counter() - started
-            except OSError as exc:
-                self._problem = f"{self.path} cannot be read: {exc}"
-                return time.perf_counter() - started
-            group_seconds = time.perf_counter() - started
-            self._problem = None
-            trials = [t.trial_id for t in self._group.list_trials()]
-            for trial_id in trials:
-                self._trial_versions[trial_id] = 1
-            if trials:
-                self._last_data_time = time.time()
-            return group_seconds
-        try:
-            report = self._group.refresh()
-        except (ComgraError, OSError) as exc:
-            self._problem = f"Reading {self.path} failed: {exc}"
-            return time.perf_counter() - started
-        group_seconds = time.perf_counter() - started
-        self._note_report(report)
-        return group_seconds
-
-    def _note_report(self, report: Any) -> None:
-        """A refresh's report: the trials it found something in get a new data version."""
-        self._problem = None
-        touched = list(report.new_trials) + list(report.changed_trials)
-        for trial_id in touched:
-            self._trial_versions[trial_id] = self._trial_versions.get(trial_id, 0) + 1
-        if touched:
-            self._last_data_time = time.time()
-
-    def status(self) -> DataStatus:
-        group = self._group
-        if group is None:
-            return DataStatus(0, (), None, (), self._problem)
-        skipped = tuple((self._shown_path(s.path), str(s.reason)) for s in group.skipped)
-        with self._lock:
-            skipped += tuple(self._read_problems.items())
-        problem = self._problem
-        trials = tuple((t.trial_id, str(t.status)) for t in group.list_trials())
-        indexing = self.indexing
-        if problem is None and indexing is not None:
-            done, total = indexing
-            problem = (f"Indexing {self.path}: {done} of {total} trial folders read; the "
-                       f"{len(trials)} trials read so far are shown.")
-        elif problem is None and not trials:
-            problem = f"No trials in {self.path} yet; waiting for the recorder to write some."
-        return DataStatus(int(group.version), trials, self._last_data_time, skipped, problem)
-
-    def _shown_path(self, path: str) -> str:
-        """A skipped file's path as the banner shows it: inside the group folder."""
-        try:
-            return Path(path).relative_to(self.path).as_posix()
-        except ValueError:
-            return str(path)
-
-    def safely(self, where: str, read: Callable[[], Any], default: Any) -> Any:
-        """``read()``, or ``default`` when the data is missing or damaged.
-
-        The query API reports damaged files itself (``Group.skipped``); anything else that
-        fails is a problem nobody foresaw: it is logged and shown in the banner under
-        ``where``, and the page goes on without that piece.
-        """
-        try:
-            return read()
-        except ComgraError:
-            return default
-        except Exception as exc:  # one unreadable piece must not break the page
-            log.exception("reading %s failed", where)
-            text = " ".join(str(exc).split())
-            with self._lock:
-                if len(self._read_problems) < MAX_READ_PROBLEMS:
-                    self._read_problems[where] = f"reading failed ({type(exc).__name__}: {text})"
-            return default
-
-    def cache_usage(self) -> dict[str, int]:
-        """Bytes held and allowed by the one cache (the query API's tables and what the
-        GUI derives from them)."""
-        return {"bytes": self.cache.bytes, "limit": self.cache.max_bytes}
-
-    def trial_version(self, trial_id: str | None) -> int:
-        """Grows whenever a refresh found something new in the trial (0: unknown trial)."""
-        return self._trial_versions.get(trial_id, 0) if trial_id else 0
+        self._open_first(index_wait)
 
     # --- cached reads -----------------------------------------------------------------
 
@@ -414,161 +201,6 @@ class AppData:
         key = ("tensor_index", trial_id, training_step, self.trial_version(trial_id))
         return self.cache.get((_NAMESPACE, key)) is not None
 
-    def data_location(self, node: Any, role: str) -> tuple[str, str, int]:
-        """(node, role, iteration) where a graph node's tensor is stored (follows aliases)."""
-        alias = (getattr(node, "alias_of", None) or {}).get(role)
-        if alias:
-            return str(alias[0]), str(alias[1]), int(alias[2])
-        return str(getattr(node, "node", node.name)), role, int(node.iteration)
-
-    def recorded(
-        self, trial_id: str, training_step: int, node: Any, role: str
-    ) -> dict[str, tuple[str, ...]]:
-        """Recording type -> aggregation keys recorded for one role of a graph node."""
-        stored_node, stored_role, iteration = self.data_location(node, role)
-        return self.tensor_index(trial_id, training_step).get(
-            (iteration, stored_node, stored_role), {}
-        )
-
-    def ranks(self, trial_id: str | None) -> list[int]:
-        """The ranks that recorded a trial ([0] for a single process; [] when unknown)."""
-        if not trial_id:
-            return []
-        return self.safely("ranks", lambda: self._group.list_ranks(trial_id), [])
-
-    def read_tensor(self, current: Mapping[str, Any], rank: Any = None) -> Any:
-        """The TensorRecord of a complete selection (raises NotFoundError); ``rank``: one
-        rank's (None: the lowest) or ``MERGED`` (``controls.rank_selector``), all ranks
-        merged (a selection of one sample cannot be merged: a ConfigurationError says so)."""
-        node = self.graph_node(
-            current["trial"], current["training_step"], current["iteration"], current["node"]
-        )
-        if node is None:
-            raise NotFoundError(f"node {current['node']!r} is not in this graph")
-        stored_node, stored_role, iteration = self.data_location(node, current["role"])
-        aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
-        args = (current["trial"], current["training_step"], iteration, stored_node,
-                stored_role, current["recording_type"], aggregation)
-        if rank == MERGED:
-            return self._group.read_merged_tensor(*args)
-        return self._group.read_tensor(*args, sample_index, rank)
-
-    def read_series(self, current: Mapping[str, Any], statistic: str,
-                    rank: Any = None) -> pd.DataFrame:
-        """The statistic of the selected tensor over all recorded steps (cached per
-        version), of one rank (None: the lowest) or ``MERGED``."""
-        node = self.graph_node(
-            current["trial"], current["training_step"], current["iteration"], current["node"]
-        )
-        if node is None:
-            raise NotFoundError(f"node {current['node']!r} is not in this graph")
-        stored_node, stored_role, iteration = self.data_location(node, current["role"])
-        aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
-        toe = current.get("type_of_execution")
-        toe = None if toe in (None, ANY_TYPE) else toe
-        # Iterations are relative for nodes of a recurrent graph: a node stored at the
-        # current iteration is followed at that iteration; step-level data at -1.
-        key = (
-            "series",
-            current["trial"],
-            self.trial_version(current["trial"]),
-            stored_node,
-            stored_role,
-            iteration,
-            current["recording_type"],
-            aggregation,
-            sample_index,
-            statistic,
-            toe,
-            rank,
-        )
-        if rank == MERGED:
-            return self.cached(key, lambda: self._merged_series(
-                current["trial"], stored_node, stored_role, iteration,
-                current["recording_type"], aggregation, statistic, toe))
-        return self.cached(
-            key,
-            lambda: self._group.read_series(
-                current["trial"],
-                stored_node,
-                stored_role,
-                current["recording_type"],
-                aggregation,
-                statistic,
-                iteration=iteration,
-                sample_index=sample_index,
-                type_of_execution=toe,
-                rank=rank,
-            ),
-        )
-
-    def _merged_series(self, trial_id: str, node: str, role: str, iteration: int,
-                       recording_type: str, aggregation: str, statistic: str,
-                       toe: str | None) -> pd.DataFrame:
-        """read_series' frame of every rank merged (query/ranks.py's rules)."""
-        if aggregation not in (*BATCH_AGGREGATIONS, NO_BATCH):
-            raise ConfigurationError(
-                "one sample belongs to one rank's batch and cannot be merged over ranks: "
-                "choose a rank, or a batch aggregation")
-        frame = self._group.read_merged_statistics(
-            trial_id, nodes=node, roles=role, recording_types=recording_type,
-            aggregations=aggregation, statistics=statistic, iterations=iteration,
-            types_of_execution=toe)
-        return frame[["training_step", "type_of_execution", "iteration", statistic]].rename(
-            columns={statistic: "value"}).reset_index(drop=True)
-
-    def statistic_table(self, trial_id: str, statistic: str) -> StatisticTable | None:
-        """One statistic of the whole trial for painting (one query, cached per version;
-        None: the trial has no readable statistics)."""
-        if self._group is None or trial_id not in self.trial_ids():
-            return None
-        key = ("statistic_table", trial_id, self.trial_version(trial_id), statistic)
-        return self.cached(
-            key,
-            lambda: self.safely(
-                f"{statistic} of {trial_id}",
-                lambda: StatisticTable(self._group, trial_id, statistic),
-                None,
-            ),
-        )
-
-    def node_values(
-        self,
-        trial_id: str,
-        training_step: int,
-        iteration: int,
-        statistic: str,
-        recording_type: str,
-        aggregation: str,
-    ) -> dict[str, tuple[float | None, str | None, bool]] | None:
-        """Graph node name -> (value, role, holds NaN/Inf) of ``statistic`` at a step.
-
-        A node shows its first role (in graph order) with a value of ``recording_type``
-        and ``aggregation`` (a tensor without a batch dimension its own); it holds
-        NaN/Inf when any of its roles does. Nodes are found where their data is stored
-        (imports follow their alias, like :meth:`read_tensor`). None: no table or graph.
-        """
-        table = self.statistic_table(trial_id, statistic)
-        graph = self.graph(trial_id, training_step, iteration)
-        if table is None or graph is None:
-            return None
-        at_step = table.at_step(training_step, recording_type, aggregation)
-        out: dict[str, tuple[float | None, str | None, bool]] = {}
-        for node in graph.nodes:
-            value, shown_role, non_finite = None, None, False
-            for role in node.roles:
-                found = at_step.get(self._stored_key(node, role))
-                if found is None:
-                    continue
-                non_finite |= found[1]
-                if value is None and found[0] is not None:
-                    value, shown_role = found[0], role
-            out[node.name] = (value, shown_role, non_finite)
-        return out
-
-    def _stored_key(self, node: Any, role: str) -> tuple[int, str, str]:
-        stored_node, stored_role, iteration = self.data_location(node, role)
-        return iteration, stored_node, stored_role
 
     def findings(self, trial_id: str) -> list[dict[str, Any]]:
         """The findings of one trial (``comgra_like.analysis``) as dicts, most severe
