@@ -18,20 +18,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from comgra_like.format import flight as flight_format
 from comgra_like.vocabulary import BATCH_ABS_MAX, BATCH_MEAN, NO_BATCH
 
 from . import views
 from .data import AppData
 from .graph_figure import GraphFigureModel
 
-#: The statistics the page offers: read_statistics' name -> the flight window's column.
+#: The statistics the page offers: read_statistics' name -> the flight window's column
+#: (the window's l2_norm is read_statistics' norm; its inf_count is not offered).
 STATISTICS: Mapping[str, str] = {
-    "mean": "mean",
-    "std": "std",
-    "abs_max": "abs_max",
-    "norm": "l2_norm",
-    "nan_count": "nan_count",
-}
+    ("norm" if column == "l2_norm" else column): column
+    for column in flight_format.STATISTICS if column != "inf_count"}
+#: What a KPI (one number) has: its mean, abs max and norm are the value's.
+KPI_STATISTICS = frozenset(STATISTICS) - {"std", "nan_count"}
 #: The roles a window keeps per tensor, in the order the page offers them.
 ROLES: tuple[str, ...] = ("value", "gradient", "update", "kpi")
 #: The regularly recorded rows of a batched tensor hold per-sample statistics aggregated
@@ -211,7 +211,7 @@ def _recorded_kpi(data: AppData, trial: str, tensor: str, statistic: str,
                   empty: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """A KPI's recorded values (a KPI is one number: its value is the mean and the abs
     max's sign aside, every statistic of it)."""
-    if statistic not in ("mean", "abs_max", "norm"):
+    if statistic not in KPI_STATISTICS:
         return empty, None
     kpis = data.safely(f"KPIs of {trial}", lambda: data.kpis(trial), None)
     if kpis is None or kpis.empty or "kpi_name" not in kpis.columns:
@@ -321,5 +321,5 @@ def tensors_page_series(data: AppData, current: Mapping[str, Any], statistic: st
 
 
 #: The statistics of the "across steps" chart a flight window has.
-_PAGE_STATISTICS = frozenset({"mean", "std", "abs_max", "norm", "nan_count", "inf_count",
-                              "numel", "update_ratio"})
+_PAGE_STATISTICS = (frozenset(STATISTICS) | frozenset(flight_format.COUNT_STATISTICS)
+                    | {"numel", "update_ratio"})

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from comgra_like.format import flight as flight_format
 from comgra_like.vocabulary import STATISTIC_LABELS
 
 from .figures import axis, base_layout, empty_figure
@@ -310,8 +311,8 @@ def window_paint(rows: pd.DataFrame, step: int, statistic: str, role: str,
     if rows is not None and not rows.empty and column in rows.columns:
         part = rows[(rows["training_step"] == step) & (rows["role"] == role)].sort_values(
             "order", kind="stable")
-        stats = part[["mean", "std", "abs_max", "l2_norm"]].to_numpy(np.float64)
-        counts = part[["nan_count", "inf_count"]].to_numpy(np.float64)
+        stats = part[list(flight_format.VALUE_STATISTICS)].to_numpy(np.float64)
+        counts = part[list(flight_format.COUNT_STATISTICS)].to_numpy(np.float64)
         bad = (~np.isfinite(stats)).any(axis=1) | (np.nan_to_num(counts) > 0).any(axis=1)
         for node, name, value, holds in zip(part["node"].astype(str), part["name"].astype(str),
                                             part[column].to_numpy(np.float64), bad):
@@ -345,8 +346,8 @@ def step_summary(rows: pd.DataFrame, step: int, statistic: str, role: str,
     now = part[part["training_step"] == step].drop_duplicates("name")
     if now.empty:
         return f"step {step}: no {ROLE_LABELS.get(role, role)} rows"
-    stats = now[["mean", "std", "abs_max", "l2_norm"]].to_numpy(np.float64)
-    counts = np.nan_to_num(now[["nan_count", "inf_count"]].to_numpy(np.float64))
+    stats = now[list(flight_format.VALUE_STATISTICS)].to_numpy(np.float64)
+    counts = np.nan_to_num(now[list(flight_format.COUNT_STATISTICS)].to_numpy(np.float64))
     bad = (~np.isfinite(stats)).any(axis=1) | (counts > 0).any(axis=1)
     out = []
     names = now["name"].astype(str).tolist()

@@ -39,6 +39,8 @@ FLIGHT_FORMAT_VERSION = 1
 
 #: The statistics kept for every tensor and role on every step, in this order.
 STATISTICS: tuple[str, ...] = ("mean", "std", "abs_max", "l2_norm", "nan_count", "inf_count")
+#: The statistics that are values of the tensor, and the counts of non-finite elements.
+VALUE_STATISTICS, COUNT_STATISTICS = STATISTICS[:4], STATISTICS[4:]
 #: Roles of a row: a tensor's value, its gradient, a parameter's update, a KPI.
 VALUE, GRADIENT, UPDATE, KPI = "value", "gradient", "update", "kpi"
 #: Trigger kinds.
