@@ -22,65 +22,43 @@ step (or before the first) is a step of type ``validation`` in the trial
 never collides with a training step. Reentrant checkpointing: ``recompute.py``. Every
 hook's work runs under a ``guard.Guard``: an internal failure is logged once, the step
 is dropped, training goes on (docs/WATCH.md).
+
+Parts: ``Watcher`` here is the step lifecycle (the root's hooks, the own trial's steps
+and iterations, the validation trial, following a recorder, dropping a step, closing);
+its mixins are ``watch_modules.ModuleHooks`` (the per-module hooks and registrations,
+``attach``), ``watch_gradients.GradientHooks`` (the end of each backward pass and a
+checkpoint's recompute) and ``watch_output.WatchOutput`` (module graphs, configuration,
+report); ``watch_settings`` holds ``Settings`` and the names they share.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..errors import ComgraError
-from ..format.graphs import canonical_hash
-from ..protocol import ModuleGraph, Watch, WatchReport, WatchStep
-from ..vocabulary import CALCULATED, INPUT
 from .compiled import compiled_detail
-from .flow import in_flow_pass
 from .guard import Guard
 from .lifecycle import Stage
-from .module_graph import (
-    Invocation,
-    edges_of,
-    parse_extra_repr,
-    shared_parameters,
-    structure,
-    structure_key,
-    tensor_key,
-)
-from .module_io import BatchTracker, inputs_of, outputs_of
-from .module_io import all_tensors as _all_tensors
+from .module_graph import Invocation, shared_parameters
+from .module_io import BatchTracker
 from .module_io import batch_size_of as _batch_size
-from .module_io import tensor_version as _version
 from .recompute import Recompute
-from .watch_report import build_report, summary_line
+from .watch_gradients import GradientHooks, queue_after_backward
+from .watch_modules import ModuleHooks, module_by_id
+from .watch_output import WatchOutput
+from .watch_settings import LOG_OPTIONS, TRAINING, VALIDATION, Settings
 
 log = logging.getLogger("comgra_like")
 
-TRAINING, VALIDATION = "training", "validation"
-LOG_OPTIONS = ("io", "io_grad", "params", "params_grad")
+# Imported from here by watching.py, optimizer.py and metric_collect.py
+__all__ = ["LOG_OPTIONS", "TRAINING", "VALIDATION", "Settings", "Watcher",
+           "queue_after_backward"]
 
 
-
-@dataclasses.dataclass
-class Settings:
-    log: tuple[str, ...]
-    log_freq: int
-    ignore_io_grad_classes: tuple[type, ...]
-    time_name: str
-    time_fn: Callable[[torch.nn.Module, int], Any]
-    delay_log_multi_backward: bool
-    eval_mode: str  # record | skip
-    structure_only: bool  # backend 'none'
-    histogram: dict  # bins, sample_n, reject_outlier_proportion, seed
-    verbose: bool
-    # watch(optimizer=): each backward's gradients as a loss group of their own as well
-    micro_batch_gradients: bool = True
-
-
-class Watcher:
+class Watcher(ModuleHooks, GradientHooks, WatchOutput):
     """Hooks on one watched module tree feeding one recorder (see the module docstring).
 
     ``own``: the watcher drives the recorder's steps (its own trial); otherwise the
@@ -107,7 +85,7 @@ class Watcher:
         self.shared = shared_parameters(module, self.names)  # tied weights: every holder
         self.ignored = {name for key, name in self.names.items()
                         if settings.ignore_io_grad_classes and isinstance(
-                            _module_by_id(module, key), settings.ignore_io_grad_classes)}
+                            module_by_id(module, key), settings.ignore_io_grad_classes)}
         self.active = False  # the one check of every hook on steps not recorded
         self.closed = False
         self.handles: list = []
@@ -168,82 +146,6 @@ class Watcher:
             log.warning("comgra_like.watch: %s", self.compiled)
         self._hook()
         self._send_config()
-
-    # ----- hooks ------------------------------------------------------------------------
-
-    def _hook(self) -> None:
-        m = self.module
-        name = self.names[id(m)]
-        self.handles.append(m.register_forward_pre_hook(self._root_pre, with_kwargs=True))
-        self.handles.append(m.register_forward_pre_hook(self._pre_of(name, m),
-                                                        with_kwargs=True))
-        self.handles.append(m.register_forward_hook(self._post_of(name), with_kwargs=True))
-        self.handles.append(m.register_forward_hook(self._root_post, with_kwargs=True))
-        # The submodules' hooks exist only while a recorded forward runs (_set_active):
-        # a module without hooks takes torch's fast path, so that on steps that are not
-        # recorded watching costs the root's two hooks and nothing per submodule.
-        self._subs = [] if self.compiled is not None else [
-            (self.names[id(sub)], sub) for sub in m.modules() if sub is not m]
-        self._sub_handles: list = []
-        self.hooks_installed = 0  # times the submodules' hooks were put in (a counter)
-
-    def _set_active(self, on: bool) -> None:
-        self.active = on
-        if on and not self._sub_handles and not self.closed:
-            handles = self._sub_handles
-            for name, sub in self._subs:
-                handles.append(sub.register_forward_pre_hook(self._pre_of(name, sub),
-                                                             with_kwargs=True))
-                handles.append(sub.register_forward_hook(self._post_of(name),
-                                                         with_kwargs=True))
-            self.hooks_installed += 1
-        elif not on and self._sub_handles:
-            for h in self._sub_handles:
-                h.remove()
-            self._sub_handles = []
-
-    def remove_hooks(self) -> None:
-        self._set_active(False)
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
-
-    def _pre_of(self, name: str, sub: torch.nn.Module):
-        cls = type(sub).__name__
-        watcher = self
-
-        def pre(module, args, kwargs):
-            if not watcher.active:
-                if watcher.recompute is not None:  # the backward replays a checkpoint
-                    try:
-                        watcher.recompute.enter(name, args, kwargs)
-                    except Exception as e:  # noqa: BLE001 - never into training
-                        watcher.guard.failed("a module's forward pre-hook (recomputed)", e)
-                return
-            try:
-                watcher._enter(name, cls, module, args, kwargs)
-            except Exception as e:  # noqa: BLE001 - never into training (guard.py)
-                watcher.guard.failed("a module's forward pre-hook", e)
-            return
-        return pre
-
-    def _post_of(self, name: str):
-        watcher = self
-
-        def post(module, args, kwargs, output):
-            if not watcher.active:
-                if watcher.recompute is not None:
-                    try:
-                        watcher.recompute.leave(name, output)
-                    except Exception as e:  # noqa: BLE001 - never into training
-                        watcher.guard.failed("a module's forward hook (recomputed)", e)
-                return
-            try:
-                watcher._leave(name, output)
-            except Exception as e:  # noqa: BLE001 - never into training (guard.py)
-                watcher.guard.failed("a module's forward hook", e)
-            return
-        return post
 
     # ----- steps ------------------------------------------------------------------------
 
@@ -433,238 +335,6 @@ class Watcher:
             self._watch_backward(output, self._on_gradient)
         return
 
-    # ----- module invocations -----------------------------------------------------------
-
-    def _enter(self, name: str, cls: str, module, args, kwargs) -> None:
-        count = self.calls.get(name, 0)
-        self.calls[name] = count + 1
-        inv_id = name if count == 0 else f"{name}#{count}"
-        parent = self.stack[-1].id if self.stack else None
-        extra = self._extra_repr.get(name)
-        if extra is None:
-            extra = self._extra_repr[name] = parse_extra_repr(module.extra_repr())
-        inv = Invocation(inv_id, name, parent, cls, extra)
-        retain = name not in self.ignored
-        kind = INPUT if not self.stack else CALCULATED
-        batch = self.batch
-        enclosing = batch.enclosing(self.stack[-1].id if self.stack else None)
-        batch.enter(inv_id, enclosing, _all_tensors(args, kwargs))
-        nograd = self._grad_root and not torch.is_grad_enabled()
-        if nograd:  # (a reentrant checkpoint, or torch.no_grad() inside the forward)
-            self.nograd.append(inv)
-        for role, t in inputs_of(args, kwargs):
-            key = tensor_key(t)
-            inv.inputs.append((role, t, key))
-            reg = self._register(inv_id, role, t, kind, retain,
-                                 batch.from_input(t, enclosing, key))
-            if nograd and reg is not None:
-                self.nograd_regs[(inv_id, role)] = reg
-        self.stack.append(inv)
-        self.invocations.append(inv)
-        self.called.add(name)
-
-    def _leave(self, name: str, output) -> None:
-        stack = self.stack
-        while stack and stack[-1].module != name:  # an exception left calls open
-            stack.pop()
-        if not stack:
-            return
-        inv = stack.pop()
-        found = outputs_of(output)
-        if not found:
-            self.without_output.add(name)
-            return
-        self.with_output.add(name)
-        retain = name not in self.ignored
-        batched = inv.id in self.batch.given
-        for role, t in found:
-            key = tensor_key(t)
-            inv.outputs.append((role, t, key))
-            derived = self.batch.output(batched, t, key)
-            reg = self._register(inv.id, role, t, CALCULATED, retain, derived)
-            if reg is not None and self.nograd and not t.requires_grad:
-                self.nograd_regs[(inv.id, role)] = reg
-            if retain and t.requires_grad:
-                self.step_outputs.append((name, inv.id, t))
-
-    def attach(self, tensor: torch.Tensor, parent: torch.nn.Module, name: str) -> None:
-        """Record ``tensor`` as the output of a node ``<parent's name>.<name>``."""
-        parent_name = self.names.get(id(parent))
-        if parent_name is None or not isinstance(tensor, torch.Tensor) or not (
-                tensor.is_floating_point() or tensor.is_complex()):
-            return
-        node = f"{parent_name}.{name}"
-        if node not in self.io_nodes:
-            self.io_nodes.add(node)
-            self.attached[node] = parent_name
-            self._send_config()
-        count = self.calls.get(node, 0)
-        self.calls[node] = count + 1
-        inv_id = node if count == 0 else f"{node}#{count}"
-        stack_parent = next((inv.id for inv in reversed(self.stack)
-                             if inv.module == parent_name), self.stack[-1].id if self.stack
-                            else None)
-        inv = Invocation(inv_id, node, stack_parent, "attach", {})
-        key = tensor_key(tensor)
-        inv.inputs.append(("input 0", tensor, key))
-        inv.outputs.append(("output 0", tensor, key))
-        self.invocations.append(inv)
-        self.called.add(node)
-        self.with_output.add(node)
-        enclosing = self.batch.enclosing(self.stack[-1].id if self.stack else None)
-        self._register(inv_id, "output 0", tensor, CALCULATED, True,
-                       self.batch.from_input(tensor, enclosing, key))
-        if tensor.requires_grad:
-            self.step_outputs.append((node, inv_id, tensor))
-
-    # ----- the batch dimension -----------------------------------------------------------
-
-    def _register(self, node: str, role: str, t: torch.Tensor, kind: str, retain: bool,
-                  batched: bool = False):
-        """Book ``t`` in the recorder's step; returns its Registration (None: not booked)."""
-        if self.s.structure_only:
-            return None
-        step = self.rec.current_step
-        if step is None:
-            return None
-        key = (id(t), _version(t))
-        snap = self.snapshots.get(key)
-        if snap is None:
-            with torch.no_grad():
-                snap = self.snapshots[key] = (t, t.detach().clone())
-        batch_dim = 0 if batched else None
-        try:
-            reg = step.book(f"{node} {role}", t, node, role, kind, self.iteration, batch_dim,
-                            False, False, None, -1, t.grad_fn)
-        except ComgraError:
-            return None  # the user registered this node and role already
-        reg.values = snap[1]
-        if retain and "io_grad" in self.s.log and t.grad_fn is not None:
-            t.retain_grad()
-        return reg
-
-    # ----- gradients --------------------------------------------------------------------
-
-    def _watch_backward(self, output, hook) -> None:
-        for _role, t in outputs_of(output):
-            if t.requires_grad and t.grad_fn is not None:
-                t.register_hook(hook)
-
-    def _mark_backward(self, grad):
-        if not in_flow_pass():
-            self.backward_seen = True
-
-    def _on_gradient(self, grad):
-        try:
-            if not self._callback_queued and not in_flow_pass():  # a FlowChain's pass: skip
-                self._callback_queued = True
-                queue_after_backward(self._backward_done)
-        except Exception as e:  # noqa: BLE001 - never into training (guard.py)
-            self._callback_queued = False
-            self.guard.failed("a gradient hook", e)
-
-    def _backward_done(self) -> None:
-        """The backward pass has ended: every gradient of it is accumulated now."""
-        self._callback_queued = False
-        try:
-            self._backward_done_work()
-        except Exception as e:  # noqa: BLE001 - never into training (guard.py)
-            self.guard.failed("the end of a backward pass", e)
-
-    def _backward_done_work(self) -> None:
-        self.backward_seen = True
-        if self.open != TRAINING:
-            return
-        if self.recompute is not None and "io_grad" in self.s.log:
-            self.got_gradient |= self.recompute.apply()  # before the gradients are read
-        if self.s.structure_only:
-            self._finish_recompute()
-            return
-        self.backward_count += 1
-        group = "backward" if self.backward_count == 1 else f"backward_{self.backward_count}"
-        if self.optimizer is None or self.s.micro_batch_gradients:
-            try:
-                self.rec.record_current_gradients(group)
-            except ComgraError as e:
-                log.warning("comgra_like.watch: the gradients of step %s were not recorded: "
-                            "%s", self.step_no, e)
-        if "io_grad" in self.s.log:
-            for name, _inv, t in self.step_outputs:
-                (self.got_gradient if t.grad is not None else self.no_gradient).add(name)
-        self._finish_recompute()
-
-    def _finish_recompute(self) -> None:
-        """Send the module graph that waited for a checkpoint's replay, with the edges
-        the replay showed; the hooks come off."""
-        rc, self.recompute = self.recompute, None
-        pending, self._pending_graph = self._pending_graph, None
-        if rc is None:
-            return
-        self._set_active(False)
-        self.not_replayed |= set(rc.not_replayed())
-        if pending is not None:
-            self._send_module_graph(pending, rc.edges(pending))
-        self.checkpointed |= set(rc.boundaries)
-
-    # ----- module graph, configuration, report ------------------------------------------
-
-    def _send_module_graph(self, invocations: list[Invocation],
-                           more_edges: list[list[str]] = ()) -> None:
-        edges = edges_of(invocations)
-        if more_edges:
-            edges = sorted({tuple(e): e for e in [*edges, *more_edges]}.values())
-        # Steps repeat their structure: a key of plain tuples finds its hash without
-        # building and hashing the JSON again
-        key = structure_key(invocations, edges, self.batch_size)
-        digest = self._graph_keys.get(key)
-        writer = self.rec.writer
-        graph = None
-        if digest is None:
-            graph = structure(invocations, edges, self.batch_size, self.shared)
-            digest = canonical_hash(graph)
-            self.graphs_hashed += 1
-            if len(self._graph_keys) >= 4096:  # structures that change every step
-                self._graph_keys.clear()
-            self._graph_keys[key] = digest
-        sent = self._sent_graphs.setdefault(id(self.rec), set())
-        if digest not in sent:  # each trial (training, validation) has its own graphs
-            sent.add(digest)
-            if graph is None:  # known by its key, new to this trial
-                graph = structure(invocations, edges, self.batch_size, self.shared)
-            writer.submit(ModuleGraph(digest, graph))
-        try:
-            time = float(self.s.time_fn(self.module, self.step_no))
-        except Exception:  # noqa: BLE001 - a time_log that fails falls back to the step
-            time = float(self.step_no)
-        writer.submit(WatchStep(int(self.step_no), str(self.toe), int(self.iteration),
-                                         digest, time))
-        if not self.own:
-            self.steps_recorded += 1
-            self._write_report()
-
-    def params_map(self) -> dict[str, list[str]]:
-        """{parameter full name (as the recorder tracks it): [module name, parameter]}."""
-        out = {}
-        for sub in self.module.modules():
-            name = self.names[id(sub)]
-            for p_name, _p in sub.named_parameters(recurse=False):
-                out.setdefault(f"{name}.{p_name}", [name, p_name])
-        return out
-
-    def _send_config(self, rec=None) -> None:
-        if self.s.structure_only:
-            return
-        config = {**self.s.histogram, "log": list(self.s.log),
-                  "io_nodes": sorted(self.io_nodes), "no_io_grad": sorted(self.ignored),
-                  "params": self.params_map(),
-                  "time_unit": self.s.time_name}
-        for r in [rec] if rec is not None else self.recorders():
-            r.writer.submit(Watch(config))
-
-    def recorders(self) -> list:
-        """The recorders of this watcher: the training trial's, the validation trial's."""
-        return [r for r in (self.train_rec, self.val_rec) if r is not None]
-
     def _drop(self) -> None:
         """After an internal failure: forget the step being recorded (the recorder's open
         step released, no hook active until the next step); training goes on."""
@@ -681,25 +351,6 @@ class Watcher:
         if not self.s.structure_only:
             rec.abort_batch()
 
-    def report(self) -> dict:
-        """Which modules were hooked, which were skipped and why (``watch_report.py``)."""
-        return build_report(self)
-
-    def _write_report(self) -> None:
-        report = self.report()
-        if report == self._last_report:
-            return
-        self._last_report = report
-        for rec in self.recorders():
-            if rec.writer is not None and not rec.finalized:
-                rec.writer.submit(WatchReport(report))
-        if not self._logged and self.steps_recorded:
-            self._logged = True
-            msg = summary_line(report)
-            if self.s.verbose:
-                log.warning(msg)
-            else:
-                log.info(msg)
 
     def close(self) -> None:
         """Stop watching: every hook removed, the open step sent, the report written."""
@@ -718,19 +369,3 @@ class Watcher:
             self.invocations = []
 
 
-def _module_by_id(root: torch.nn.Module, key: int) -> torch.nn.Module | None:
-    for m in root.modules():
-        if id(m) == key:
-            return m
-    return None
-
-
-def queue_after_backward(callback: Callable[[], None]) -> None:
-    """Run ``callback`` when the current backward pass ends, after the end-of-backward
-    callbacks queued during it: DistributedDataParallel's waits for the gradients'
-    all-reduce and writes the averaged gradients into ``.grad``, and a callback queued
-    from a gradient hook would otherwise run before it and see each rank's own gradients.
-    Queued from inside a first callback, it lands behind every one queued in the pass
-    (the engine runs callbacks queued while it runs them, in order)."""
-    engine = torch.autograd.Variable._execution_engine
-    engine.queue_callback(lambda: engine.queue_callback(callback))

@@ -14,7 +14,7 @@ from torch import nn
 
 import comgra_like
 from comgra_like.query import open_group
-from comgra_like.record import hooks
+from comgra_like.record import hooks, watch_gradients, watch_output
 from comgra_like.record import metric_collect as collect
 
 STEPS = 6
@@ -65,8 +65,8 @@ def _fail_always(*args, **kwargs):
 INJECTIONS = [
     (hooks, "_batch_size"),  # the root's forward pre-hook: a step starts
     (hooks.Watcher, "_register"),  # the modules' forward pre-hooks and hooks
-    (hooks, "edges_of"),  # the root's forward hook: the module graph
-    (hooks, "queue_after_backward"),  # the gradient hook on the root's output
+    (watch_output, "edges_of"),  # the root's forward hook: the module graph
+    (watch_gradients, "queue_after_backward"),  # the gradient hook on the root's output
     (hooks.Watcher, "_backward_done_work"),  # the end of the backward pass
     (hooks.Watcher, "_validation_recorder"),  # a validation pass starts
     (collect, "copy_of"),  # the metrics' forward and gradient hooks
@@ -111,7 +111,7 @@ def test_a_failing_hook_never_reaches_training(tmp_path, monkeypatch, caplog, ow
     errors = _errors(caplog)
     assert len(errors) == 1, [r.getMessage() for r in errors]
     assert "injected failure" in errors[0].getMessage()
-    if owner in (hooks, hooks.Watcher):
+    if owner in (hooks, hooks.Watcher, watch_output, watch_gradients):
         report = open_group(handle.group_path).read_watch_report("t")
         assert report["internal_errors"]["count"] >= 1
         assert "injected failure" in report["internal_errors"]["first"]
@@ -119,7 +119,7 @@ def test_a_failing_hook_never_reaches_training(tmp_path, monkeypatch, caplog, ow
 
 def test_one_failure_drops_that_step_only(tmp_path, monkeypatch, caplog):
     bare, model = _bare()
-    real = hooks.edges_of
+    real = watch_output.edges_of
     calls = []
 
     def fail_once(invocations):
@@ -128,7 +128,7 @@ def test_one_failure_drops_that_step_only(tmp_path, monkeypatch, caplog):
             raise RuntimeError("injected failure")
         return real(invocations)
 
-    monkeypatch.setattr(hooks, "edges_of", fail_once)
+    monkeypatch.setattr(watch_output, "edges_of", fail_once)
     handle = _watched(tmp_path, model)
     with caplog.at_level(logging.WARNING, logger="comgra_like"):
         _loop(model, handle)
