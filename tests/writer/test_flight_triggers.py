@@ -144,5 +144,10 @@ def test_a_trigger_of_a_failed_writer_is_dropped_without_raising(tmp_path):
     record_steps(rec, net, range(1))
     os.kill(rec.writer.pid, signal.SIGKILL)
     _wait_until_gone(rec.writer.pid)
+    # /proc shows a killed multi-threaded process as a zombie before its threads are
+    # gone; waitpid reports it only then: wait for that, as a real failure would be seen
+    deadline = time.monotonic() + 60
+    while not rec.writer.channel.exited() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert rec.writer.flight_trigger({"kind": "x", "training_step": 1}) is False
     assert rec.writer.flight_trigger({"kind": "x", "training_step": 2}) is False
