@@ -148,3 +148,32 @@ def remove_all(handles: list) -> None:
     for h in handles:
         h.remove()
     handles.clear()
+
+
+class WatchSettings:
+    """What both framework callbacks hold: watch()'s settings (checked when the callback
+    is made), the ``WatchHandle`` while training runs, and ending the recording without
+    raising into training."""
+
+    def __init__(self, path, log_freq: int, metrics, config, flight_recorder,
+                 watch_kwargs: dict[str, Any]):
+        check_arguments(log_freq, watch_kwargs)
+        self.path = path
+        self.log_freq = log_freq
+        self.metrics = metrics
+        self.config = config
+        self.flight_recorder = flight_recorder
+        self.watch_kwargs = watch_kwargs
+        self.handle = None
+
+    @property
+    def watching(self) -> bool:
+        return self.handle is not None and self.handle.watching
+
+    def unwatch_quietly(self) -> None:
+        """Finalize the recording; a failure is logged, never raised into training."""
+        if self.watching:
+            try:
+                self.handle.unwatch()
+            except Exception as e:  # noqa: BLE001 - never into training
+                log.warning("comgra_like ComgraCallback: stopping the recording failed: %s", e)

@@ -33,7 +33,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "comgra_like.integrations.huggingface needs the transformers package (pip install "
         "transformers)", name="transformers") from e
 
-from .callbacks import check_arguments, plain_config, start_watch
+from .callbacks import WatchSettings, plain_config, start_watch
 
 log = logging.getLogger("comgra_like")
 
@@ -42,7 +42,7 @@ DEFAULT_LOG_FREQ = 50  # as the Lightning callback (TrainingArguments' logging_s
 __all__ = ["DEFAULT_LOG_FREQ", "ComgraCallback"]
 
 
-class ComgraCallback(TrainerCallback):
+class ComgraCallback(TrainerCallback, WatchSettings):
     """Record a Hugging Face ``Trainer`` run with ``comgra_like.watch`` (module docstring).
 
     ``path``: the group folder (default ``<output_dir>/comgra``); ``log_freq``: record
@@ -55,17 +55,11 @@ class ComgraCallback(TrainerCallback):
     def __init__(self, path: str | Path | None = None, log_freq: int = DEFAULT_LOG_FREQ,
                  metrics: dict | None = None, config: dict | None = None,
                  flight_recorder=None, **watch_kwargs: Any):
-        check_arguments(log_freq, watch_kwargs)
-        self.path = path
-        self.log_freq = log_freq
-        self.metrics = metrics
-        self.config = config
-        self.flight_recorder = flight_recorder
-        self.watch_kwargs = watch_kwargs
-        self.handle = None
+        WatchSettings.__init__(self, path, log_freq, metrics, config, flight_recorder,
+                               watch_kwargs)
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-        if self.handle is not None and self.handle.watching:
+        if self.watching:
             return
         if not isinstance(model, torch.nn.Module):
             log.warning("comgra_like ComgraCallback: the Trainer passed no model; nothing "
@@ -87,11 +81,7 @@ class ComgraCallback(TrainerCallback):
 
     def stop(self) -> None:
         """Stop watching: the recording is finalized (the callback's end of training)."""
-        if self.handle is not None and self.handle.watching:
-            try:
-                self.handle.unwatch()
-            except Exception as e:  # noqa: BLE001 - never into training
-                log.warning("comgra_like ComgraCallback: stopping the recording failed: %s", e)
+        self.unwatch_quietly()
 
 
 def torch_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:

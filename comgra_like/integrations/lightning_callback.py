@@ -14,8 +14,8 @@ import torch
 
 from ..errors import ConfigurationError
 from .callbacks import (
+    WatchSettings,
     before_clipping,
-    check_arguments,
     plain_config,
     remove_all,
     run_closure_first,
@@ -27,7 +27,7 @@ log = logging.getLogger("comgra_like")
 DEFAULT_LOG_FREQ = 50  # Lightning's own log_every_n_steps
 
 
-class LightningRecording:
+class LightningRecording(WatchSettings):
     """Record a Lightning training run with ``comgra_like.watch`` (module docstring).
 
     ``path``: the group folder (default ``<trainer.log_dir>/comgra``); ``log_freq``:
@@ -42,19 +42,13 @@ class LightningRecording:
     def __init__(self, path: str | Path | None = None, log_freq: int = DEFAULT_LOG_FREQ,
                  metrics: dict | None = None, config: dict | None = None,
                  flight_recorder=None, module: str | None = None, **watch_kwargs: Any):
-        check_arguments(log_freq, watch_kwargs)
+        WatchSettings.__init__(self, path, log_freq, metrics, config, flight_recorder,
+                               watch_kwargs)
         if module is not None and (not isinstance(module, str) or not module):
             raise ConfigurationError(
                 f"module= names an attribute of the LightningModule (e.g. 'model'), got "
                 f"{module!r}")
-        self.path = path
-        self.log_freq = log_freq
-        self.metrics = metrics
-        self.config = config
-        self.flight_recorder = flight_recorder
         self.module_attribute = module
-        self.watch_kwargs = watch_kwargs
-        self.handle = None
         self._called = False
         self._probe = None
         self._closure_hooks: list = []
@@ -64,7 +58,7 @@ class LightningRecording:
 
     def on_fit_start(self, trainer, pl_module) -> None:
         # after the strategy's setup: the optimizers exist, the process group too
-        if self.handle is not None and self.handle.watching:
+        if self.watching:
             return
         target = self._target(trainer, pl_module)
         path = Path(self.path) if self.path is not None else self.default_path(trainer)
@@ -94,7 +88,7 @@ class LightningRecording:
                 type(self.handle.module).__name__)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        if self.handle is not None and self.handle.watching:
+        if self.watching:
             before_clipping(self.handle)
 
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -122,11 +116,7 @@ class LightningRecording:
             self._probe.remove()
             self._probe = None
         remove_all(self._closure_hooks)
-        if self.handle is not None and self.handle.watching:
-            try:
-                self.handle.unwatch()
-            except Exception as e:  # noqa: BLE001 - never into training
-                log.warning("comgra_like ComgraCallback: stopping the recording failed: %s", e)
+        self.unwatch_quietly()
 
     def _target(self, trainer, pl_module) -> torch.nn.Module:
         if self.module_attribute is None:
