@@ -100,7 +100,10 @@ def optimizer_state(data: Any, trial: str | None, invocation: str) -> pd.DataFra
 
     def load() -> pd.DataFrame:
         frame = group.read_optimizer_state(trial)
-        return frame[frame["parameter"].astype(str).str.rpartition(".")[0] == module]
+        # the owning module of each parameter, element by element: pandas 3.1's
+        # ``str.rpartition`` gives an empty frame without columns for no rows
+        owners = frame["parameter"].astype(str).map(lambda name: name.rpartition(".")[0])
+        return frame[owners == module]
 
     key = ("optimizer_state", trial, data.trial_version(trial), int(group.version), module)
     frame = data.cached(key, lambda: data.safely(

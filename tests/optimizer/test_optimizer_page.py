@@ -45,6 +45,22 @@ def test_builder_draws_each_parameter_of_the_module(tmp_path):
     assert optimizer_state(data, "missing", "model.0").empty
 
 
+def test_a_trial_without_optimizer_state_reads_empty_and_skips_nothing(tmp_path):
+    # watch() without an optimizer: no optimizer rows; the panel's read is an empty
+    # frame, not a failure shown as an unreadable file (pandas 3.1 gives no columns
+    # for ``str.rpartition`` of no rows)
+    net = model()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    handle = comgra_like.watch(net, log_freq=1, trial_id="t",
+                               standalone_dir=str(tmp_path / "w"), verbose=False)
+    train(net, opt, batches(2))
+    handle.unwatch()
+    data = AppData(handle.group_path)
+    assert optimizer_state(data, "t", "model.0").empty
+    assert data.group.skipped == []
+    assert data.status().skipped == ()
+
+
 def test_panel_shows_the_state_through_its_callback(tmp_path):
     group = _recording(tmp_path)
     assert "'modules-optimizer'" in str(panel("model.2"))
