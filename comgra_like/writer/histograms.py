@@ -52,9 +52,29 @@ def sample_values(values: np.ndarray, sample_n: int | None, reject: float,
 
 def histogram(values: np.ndarray, bins: int) -> tuple[float, float, np.ndarray]:
     """(lo, hi, counts): ``bins`` equal bins over the range of ``values`` (numpy's
-    ``histogram``, whose range of one value is that value +- 0.5)."""
+    ``histogram``, whose range of one value is that value +- 0.5; see ``_wide_histogram``
+    for ranges numpy cannot bin)."""
     lo, hi = float(values.min()), float(values.max())
-    counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
+    try:
+        counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
+    except ValueError:
+        return _wide_histogram(values, bins, lo, hi)
+    return float(edges[0]), float(edges[-1]), counts.astype(np.int64)
+
+
+def _wide_histogram(values: np.ndarray, bins: int, lo: float, hi: float
+                    ) -> tuple[float, float, np.ndarray]:
+    """Binned in float64 where numpy's ``histogram`` cannot bin the range in the values'
+    precision: one value so large that it +- 0.5 is itself (a gradient of 1e38 just before
+    an overflow; the range is widened by a millionth of the value), or a float32 range
+    wider than float32 holds."""
+    kept = np.asarray(values, dtype=np.float64)
+    first, last = float(lo), float(hi)
+    if not last - first > 0 or first - 0.5 == first:
+        half = max(0.5, abs(first) * 1e-6, abs(last) * 1e-6)
+        middle = first / 2 + last / 2
+        first, last = middle - half, middle + half
+    counts, edges = np.histogram(kept, bins=bins, range=(first, last))
     return float(edges[0]), float(edges[-1]), counts.astype(np.int64)
 
 
@@ -87,7 +107,8 @@ def block_histograms(values: np.ndarray, keep: np.ndarray | None, bins: int
     ~80 us each, 190 per recorded step of the benchmark's transformer).
 
     A row whose range is too narrow for ``bins`` distinct edges in its own precision
-    (numpy's ``histogram`` raises there) is binned with float64 edges.
+    (numpy's ``histogram`` raises there), or too wide for it, is binned with float64
+    edges (``_wide_histogram`` where numpy cannot bin it at all).
     """
     rows = values.shape[0]
     if keep is None:
@@ -104,10 +125,15 @@ def block_histograms(values: np.ndarray, keep: np.ndarray | None, bins: int
     counts = np.zeros((rows, bins), dtype=np.int64)
     out_lo, out_hi = edges[:, 0].astype(np.float64), edges[:, -1].astype(np.float64)
     narrow = np.any(edges[:, :-1] >= edges[:, 1:], axis=1)
+    # a range wider than the dtype holds: the differences below would overflow
+    narrow |= (last - first) >= float(np.finfo(dtype).max)
     for r in np.flatnonzero(narrow):
         kept = values[r] if keep is None else values[r][keep[r]]
-        c, e = np.histogram(kept.astype(np.float64), bins=bins, range=(first[r], last[r]))
-        counts[r], out_lo[r], out_hi[r] = c, e[0], e[-1]
+        try:
+            c, e = np.histogram(kept.astype(np.float64), bins=bins, range=(first[r], last[r]))
+            counts[r], out_lo[r], out_hi[r] = c, e[0], e[-1]
+        except ValueError:
+            out_lo[r], out_hi[r], counts[r] = _wide_histogram(kept, bins, lo[r], hi[r])
     ok = np.flatnonzero(~narrow)
     if ok.size == 0:
         return out_lo, out_hi, counts

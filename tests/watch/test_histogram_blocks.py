@@ -69,3 +69,20 @@ def test_a_range_too_narrow_for_numpy_is_binned_in_float64(tmp_path):
     handle.unwatch()
     h = open_group(handle.group_path).read_histograms("t", what="params")
     assert len(h) == 2 and all(sum(c) == 4 for c in h.counts)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_huge_magnitudes_are_binned_not_a_writer_failure(dtype):
+    # a constant row of 1e38 (+-0.5 is the value itself) and a float32 range wider than
+    # float32 holds: numpy cannot bin the first, and the block's float32 differences
+    # would overflow in the second; every value is counted, within the range reported
+    big = float(np.finfo(np.float32).max) * 0.9
+    rows = np.array([[1e38] * 6, [-big, big, 0.0, 1.0, -1.0, big]], dtype=dtype)
+    lo, hi, counts = block_histograms(rows, None, 30)
+    assert counts.sum(axis=1).tolist() == [6, 6]
+    assert lo[0] < 1e38 < hi[0] and hi[0] - lo[0] < 1e33
+    assert lo[1] <= -big and hi[1] >= big and counts[1, 0] == 1 and counts[1, -1] == 2
+    one_lo, one_hi, one = histogram(rows[0], 30)
+    assert one.sum() == 6 and one_lo < 1e38 < one_hi
+    with pytest.raises(ValueError):  # what numpy says for the constant row
+        np.histogram(rows[0].astype(np.float64), bins=30, range=(1e38, 1e38))
