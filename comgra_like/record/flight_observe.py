@@ -248,6 +248,9 @@ class FlightObserver:
             nan = inf = 0.0
             if not (math.isfinite(total) and math.isfinite(squares)):
                 nan, inf = float(torch.isnan(flat).sum()), float(torch.isinf(flat).sum())
+                if not (nan or inf):  # finite values whose float32 sums overflowed (1e20)
+                    wide = flat.double()
+                    total, squares = wide.sum().item(), torch.dot(wide, wide).item()
             self._rows.append((total, squares, low.item(), high.item(), nan, inf, n))
         else:
             parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat),

@@ -377,3 +377,30 @@ def test_device_steps_are_judged_when_their_copy_has_landed_oldest_first(tmp_pat
     fr.settle()
     assert fr.steps_kept() == list(range(3 + flight_module._MAX_PENDING))
     assert [r.values[0, 0] for r in fr._ring] == [float(s) for s in fr.steps_kept()]
+
+
+def test_finite_values_whose_float32_sums_overflow_are_no_false_alarm(tmp_path):
+    # gradients of 1e30 (their float32 sum of squares overflows): finite, so no
+    # non_finite trigger, and the L2 norm is the true one (summed again in float64);
+    # a real Inf in the same run still fires
+    from torch import nn
+
+    from comgra_like import watch
+
+    model = nn.Linear(4, 1, bias=False)
+    seen: list[float] = []
+
+    def look(step):
+        seen.append(step.stats[("model.weight", "gradient")]["l2_norm"])
+
+    fr = FlightRecorder(window=8, predicate=look)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with watch(model, log_freq=1000, standalone_dir=tmp_path, trial_id="big", verbose=False,
+               flight_recorder=fr):
+        for step in range(6):
+            opt.zero_grad()
+            scale = math.inf if step == 5 else 1e30
+            (model(torch.ones(1, 4)).sum() * scale).backward()
+            opt.step()
+    assert seen[:5] == [pytest.approx(2e30)] * 5  # sqrt(4) x 1e30
+    assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 5)]
