@@ -58,7 +58,9 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
     steps. ``predicate(FlightStep)``: a trigger of its own when it returns something
     true. ``on_trigger``: "record" (write and go on) or "raise" (write, then raise
     FlightTriggerError). ``cooldown``: steps after a written window in which no other is
-    written (default: ``window``).
+    written (default: ``window``). ``keep_state``: keep the parameters from before each
+    of the last two steps on the host, for :meth:`replay`; ``optimizer`` (with it): the
+    optimizer's state too (watch(optimizer=...) gives it).
     """
 
     def __init__(self, window: int = 64, full_steps: int = 2, after: int = 8,
@@ -68,7 +70,7 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
                  on_trigger: str = "record", cooldown: int | None = None, warmup: int = 16,
                  spike_mads: float = 10.0, spike_floor: float = 0.05,
                  max_full_bytes: int = 256 * 2**20, updates: bool = True,
-                 keep_state: bool = False):
+                 keep_state: bool = False, optimizer=None):
         for name, v, low in (("window", window, 2), ("full_steps", full_steps, 0),
                              ("after", after, 0), ("warmup", warmup, 2)):
             if type(v) is not int or v < low:
@@ -100,9 +102,15 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
         self.cooldown = window if cooldown is None else cooldown
         self.warmup, self.spike_mads, self.spike_floor = warmup, float(spike_mads), float(spike_floor)
         self.max_full_bytes, self.updates = max_full_bytes, bool(updates)
-        #: keep_state=True: the parameters before each of the last two steps, on the host
-        #: (record/flight_replay.py; ``replay``).
+        #: keep_state=True: the parameters (and the optimizers' state) before each of the
+        #: last two steps, on the host (record/flight_replay.py; ``replay``).
         self.state = StateKeeper() if keep_state else None
+        if optimizer is not None:
+            if self.state is None:
+                raise ConfigurationError(
+                    "FlightRecorder(optimizer=...): the optimizer's state is kept for the "
+                    "replay; pass keep_state=True with it")
+            self.keep_optimizer(optimizer)
         self._trial_path: Path | None = None
         self._rank = 0
         self._notify: Callable[[dict], Any] | None = None
@@ -133,6 +141,17 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
     def armed(self) -> bool:
         return self._trial_path is not None and not self._broken
 
+    def keep_optimizer(self, optimizer) -> None:
+        """``keep_state=True``: keep this optimizer's state (or these optimizers') from
+        before each step too, for :meth:`replay` (watch(optimizer=...) calls it)."""
+        opts = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+        if not opts or not all(isinstance(o, torch.optim.Optimizer) for o in opts):
+            raise ConfigurationError(
+                "FlightRecorder(optimizer=...): a torch.optim.Optimizer or a list of them, "
+                f"got {type(optimizer).__name__}")
+        if self.state is not None:
+            self.state.optimizers = opts
+
     def take_forced_recording(self) -> bool:
         """Whether the next step must be recorded in full (``after`` steps after a
         trigger); counts the step when it says yes."""
@@ -141,17 +160,19 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
             return True
         return False
 
-    def replay(self, model: torch.nn.Module, run_step, step: int | None = None
-               ) -> ReplayResult:
+    def replay(self, model: torch.nn.Module, run_step, step: int | None = None,
+               optimizer=None) -> ReplayResult:
         """``keep_state=True``: replay ``step`` (default: the last trigger's) on a fresh
-        ``model`` with ``run_step(model)`` (record/flight_replay.py)."""
+        ``model`` with ``run_step(model)`` (forward, loss, backward), then, given a fresh
+        ``optimizer`` built like the trained one over ``model``, its step from the kept
+        optimizer state (record/flight_replay.py)."""
         if self.state is None:
             raise ConfigurationError("replay() needs FlightRecorder(keep_state=True)")
         if step is None:
             if not self.fired:
                 raise NotFoundError("replay(): no trigger has fired yet; pass step=")
             step = int(self.fired[-1]["step"])
-        return replay(self.state, step, model, run_step)
+        return replay(self.state, step, model, run_step, optimizer)
 
     def steps_kept(self) -> list[int]:
         """The training steps whose statistics are in memory now (the window), oldest

@@ -218,7 +218,8 @@ def watch(
     dots; ``Group.read_config``, the Compare page), stored in the own trial and its
     validation trial; with ``recorder=`` pass it to the ``ComgraRecorder`` instead.
     ``flight_recorder``: a ``comgra_like.FlightRecorder`` armed on every training step
-    (parameters, their gradients and updates, the model's output; docs/FLIGHT.md).
+    (parameters, their gradients and updates, the model's output; docs/FLIGHT.md); with
+    ``keep_state=True`` it keeps the optimizer's state too when ``optimizer`` is given.
     ``optimizer``: a ``torch.optim.Optimizer`` or a list of them (docs/OPTIMIZER.md): a
     step is then one optimizer step (the micro-batches of gradient accumulation are its
     iterations), the gradient the step uses is recorded as the loss group ``optimizer``
@@ -347,6 +348,9 @@ def watch(
         from .flight_watch import FlightDriver
 
         flight = FlightDriver(flight_recorder, module, root, recorder)
+        if (optimizers is not None and flight_recorder.state is not None
+                and not flight_recorder.state.optimizers):
+            flight_recorder.keep_optimizer(optimizers)  # keep_state: for the replay
     optimizer_watch = None
     if optimizers is not None and not structure_only:
         optimizer_watch = _watch_optimizers(watcher, module, root, recorder, own, optimizers,
