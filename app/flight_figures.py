@@ -136,9 +136,10 @@ def add_flight_window(figure: dict[str, Any], frame: pd.DataFrame | None, statis
     """The Tensors page's "across steps" chart with the trial's flight windows among its
     recorded steps: a trace named ``"flight window"`` (every step of each window, a dense
     line in the flight recorder's red, broken between windows); ``figure`` as
-    ``figures.series_figure`` made it (changed in place and returned). ``aggregation``: the chart's (a batch aggregation is
-    of per-sample values; the window's are of the whole tensor, which the trace's name
-    says). Nothing changes without a frame or rows."""
+    ``figures.series_figure`` made it (changed in place and returned), each window shaded
+    (``series_window_shapes``, after the shapes already there). ``aggregation``: the
+    chart's (a batch aggregation is of per-sample values; the window's are of the whole
+    tensor, which the trace's name says). Nothing changes without a frame or rows."""
     if frame is None or len(frame) == 0 or not figure.get("data"):
         return figure
     steps = frame["training_step"].to_numpy(np.int64)
@@ -150,8 +151,9 @@ def add_flight_window(figure: dict[str, Any], frame: pd.DataFrame | None, statis
     trace["x"], trace["y"] = with_gaps(steps, values)
     del trace["customdata"]  # a click on the chart selects a recorded step: not these
     figure["data"].append(trace)
-    # no shaded rectangle: the page patches layout.shapes (its step marker) on its own
     layout = figure.setdefault("layout", {})
+    # the windows shaded, after the step marker (the page patches both on a step change)
+    layout["shapes"] = list(layout.get("shapes") or []) + series_window_shapes(frame)
     layout["showlegend"] = True
     layout.setdefault("legend", {"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left",
                                  "yanchor": "bottom"})
@@ -159,6 +161,19 @@ def add_flight_window(figure: dict[str, Any], frame: pd.DataFrame | None, statis
     margin["t"] = max(int(margin.get("t", 0)), 28)
     layout["margin"] = margin
     return figure
+
+
+def series_window_shapes(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """A shaded band (layout.shapes, below the traces) over each flight window of a
+    Tensors-page series (``flight_data.tensors_page_series``): from its first to its last
+    step, whichever trigger wrote it; none without a frame."""
+    if frame is None or len(frame) == 0:
+        return []
+    spans = frame.groupby("trigger", sort=False)["training_step"].agg(["min", "max"])
+    return [{"type": "rect", "xref": "x", "yref": "paper", "x0": int(lo) - 0.5,
+             "x1": int(hi) + 0.5, "y0": 0, "y1": 1, "fillcolor": WINDOW_FILL,
+             "line": {"width": 0}, "layer": "below", "name": FLIGHT_TRACE_NAME}
+            for lo, hi in sorted(zip(spans["min"], spans["max"]))]
 
 
 def non_finite_trace(steps: Sequence[int] | np.ndarray, values: Sequence[float] | np.ndarray,

@@ -163,6 +163,11 @@ def test_the_tensors_page_chart_gets_the_dense_windows(data):
     assert dense["y"][16] is None and dense["y"][-1] is None  # the gap, the NaN
     assert "customdata" not in dense  # a click selects recorded steps only
     assert figure["layout"]["showlegend"]
+    # each window shaded, after the step marker
+    marker, *bands = figure["layout"]["shapes"]
+    assert marker == figures.step_marker_shapes(56)[0]
+    assert [(b["type"], b["x0"], b["x1"], b["layer"]) for b in bands] == [
+        ("rect", 14.5, 30.5, "below"), ("rect", 39.5, 55.5, "below")]
     # a parameter's chart: the same number (no batch), its gradient too
     param = {**current, "node": "net.0.weight", "role": "net.0.weight", "aggregation": "none"}
     frame = fd.tensors_page_series(data, param, "norm")
@@ -177,6 +182,23 @@ def test_the_tensors_page_chart_gets_the_dense_windows(data):
     assert fd.tensors_page_series(data, param, "update_ratio") is None
     assert fd.tensors_page_series(data, {**current, "trial": "none"}, "norm") is None
     assert ff.add_flight_window(recorded_figure := {"data": [1]}, None, "norm") is recorded_figure
+
+
+def test_a_step_change_moves_the_marker_and_keeps_the_shaded_windows(data):
+    from comgra_like.app.pages.tensors.views import series_view
+    from comgra_like.app.timings import Timings
+
+    current = {"trial": TRIAL, "node": "layer1", "role": "layer1", "recording_type": "forward",
+               "aggregation": "batch_mean", "training_step": 56, "iteration": 0,
+               "type_of_execution": "main_execution_type"}
+    selection = {"current": current, "statistic": "norm"}
+    figure, key = series_view(data, Timings(), 0.0, selection, None, None)
+    bands = [s for s in figure["layout"]["shapes"] if s["type"] == "rect"]
+    assert len(bands) == 2
+    moved = {**selection, "current": {**current, "training_step": 20}}
+    patch, _ = series_view(data, Timings(), 0.0, moved, key, None)
+    shapes = patch.to_plotly_json()["operations"][0]["params"]["value"]
+    assert shapes[0]["x0"] == 20 and shapes[1:] == bands
 
 
 def test_step_summary_names_what_the_painted_graph_shows(data):

@@ -167,4 +167,10 @@ def test_tensors_page_across_steps_chart_shows_the_windows(dash_duo, triggered):
     assert [s for s in dense if s is not None] == list(range(15, 31)) + list(range(40, 56))
     recorded = next(x for n, x in shown.items() if not n.startswith(ff.FLIGHT_TRACE_NAME))
     assert recorded == [0, 10, 20, 30, 31, 32, 42, 52, 56, 57, 67]
+    # the windows shaded as drawn
+    bands = dash_duo.driver.execute_script(
+        "const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+        "return (gd.layout.shapes || []).filter((s) => s.type === 'rect')"
+        ".map((s) => [s.x0, s.x1]);", css(ids.series_graph()))
+    assert bands == [[14.5, 30.5], [39.5, 55.5]]
     assert dash_duo.get_logs() == [], dash_duo.get_logs()

@@ -171,7 +171,10 @@ def series_view(data: AppData, timings: Any, started: float, selection: dict | N
         k: v for k, v in key.items() if k != "step"
     }:
         patch = Patch()
-        patch["layout"]["shapes"] = figures.step_marker_shapes(step)
+        # the step marker moves; the flight windows' shading stays (cached: no read)
+        patch["layout"]["shapes"] = figures.step_marker_shapes(step) + (
+            flight_figures.series_window_shapes(flight_data.tensors_page_series(
+                data, current, statistic)) if is_complete(current) else [])
         return patch, key
     if not is_complete(current):
         return figures.empty_figure("", VIEW_HEIGHT), key
