@@ -320,15 +320,14 @@ def window_paint(rows: pd.DataFrame, step: int, statistic: str, role: str,
                  scale: ColorScale | None) -> Paint:
     """The graph's nodes painted with ``statistic`` of ``role`` at one window step: a
     node shows its first row of the step (in the step's order); it holds NaN/Inf when
-    that row counted one or a statistic of it is not finite."""
+    that row counted one or its abs max is not finite (``format.flight.non_finite_rows``)."""
     column = _column(statistic)
     values: dict[str, NodeValue] = {}
     if rows is not None and not rows.empty and column in rows.columns:
         part = rows[(rows["training_step"] == step) & (rows["role"] == role)].sort_values(
             "order", kind="stable")
-        stats = part[list(flight_format.VALUE_STATISTICS)].to_numpy(np.float64)
-        counts = part[list(flight_format.COUNT_STATISTICS)].to_numpy(np.float64)
-        bad = (~np.isfinite(stats)).any(axis=1) | (np.nan_to_num(counts) > 0).any(axis=1)
+        bad = flight_format.non_finite_rows(
+            part[list(flight_format.STATISTICS)].to_numpy(np.float64))
         for node, name, value, holds in zip(part["node"].astype(str), part["name"].astype(str),
                                             part[column].to_numpy(np.float64), bad):
             if node not in values:
@@ -361,9 +360,7 @@ def step_summary(rows: pd.DataFrame, step: int, statistic: str, role: str,
     now = part[part["training_step"] == step].drop_duplicates("name")
     if now.empty:
         return f"step {step}: no {ROLE_LABELS.get(role, role)} rows"
-    stats = now[list(flight_format.VALUE_STATISTICS)].to_numpy(np.float64)
-    counts = np.nan_to_num(now[list(flight_format.COUNT_STATISTICS)].to_numpy(np.float64))
-    bad = (~np.isfinite(stats)).any(axis=1) | (counts > 0).any(axis=1)
+    bad = flight_format.non_finite_rows(now[list(flight_format.STATISTICS)].to_numpy(np.float64))
     out = []
     names = now["name"].astype(str).tolist()
     if bad.any():

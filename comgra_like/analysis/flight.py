@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ComgraError
+from ..format.flight import STATISTICS, non_finite_rows
 from ..query.flight import FlightTrigger, list_flight_triggers, read_flight
 from .core import ERROR, WARNING, Finding, TrialData, fmt, where
 from .graph_order import topological
@@ -71,10 +72,7 @@ def _graph_position(data: TrialData, after_step: int) -> dict[str, int]:
 
 
 def _non_finite(data: TrialData, trigger: FlightTrigger, rows: pd.DataFrame) -> Finding | None:
-    bad_mask = ((rows["nan_count"] > 0) | (rows["inf_count"] > 0)
-                | ~np.isfinite(rows[["mean", "std", "abs_max", "l2_norm"]].to_numpy()).all(
-                    axis=1))
-    bad = rows[bad_mask.to_numpy()]
+    bad = rows[non_finite_rows(rows[list(STATISTICS)].to_numpy(np.float64))]
     if bad.empty:
         return None
     first_step = int(bad["training_step"].min())
@@ -95,7 +93,7 @@ def _non_finite(data: TrialData, trigger: FlightTrigger, rows: pd.DataFrame) -> 
                 for c in (origin.nan_count, origin.inf_count))
     what = " and ".join(p for p in (f"{round(nan)} NaN" if nan else "",
                                     f"{round(inf)} Inf" if inf else "") if p) \
-        or f"a non-finite {'mean' if not math.isfinite(origin.mean) else 'statistic'}"
+        or ("NaN values" if math.isnan(origin.abs_max) else "Inf values") + " (not counted)"
     order_word = ("the forward order of the dependency graph" if position
                   and origin.role == "value" else "the order the step computed them")
     explanation = (

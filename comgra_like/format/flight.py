@@ -41,6 +41,19 @@ FLIGHT_FORMAT_VERSION = 1
 STATISTICS: tuple[str, ...] = ("mean", "std", "abs_max", "l2_norm", "nan_count", "inf_count")
 #: The statistics that are values of the tensor, and the counts of non-finite elements.
 VALUE_STATISTICS, COUNT_STATISTICS = STATISTICS[:4], STATISTICS[4:]
+
+
+def non_finite_rows(statistics: np.ndarray) -> np.ndarray:
+    """Which rows (columns in ``STATISTICS`` order) hold a NaN or Inf: a NaN or Inf
+    count above 0, or an abs max that is not finite (exact: the largest magnitude is
+    finite exactly when every value is). A mean, std or L2 norm that is not finite
+    alone is no NaN: a float32 sum of squares overflows for magnitudes over ~1e19, and a
+    GPU's batched sums are unknown after a NaN in an earlier tensor of their chunk."""
+    v = np.asarray(statistics, dtype=np.float64).reshape(-1, len(STATISTICS))
+    with np.errstate(invalid="ignore"):
+        return (v[:, 4] > 0) | (v[:, 5] > 0) | ~np.isfinite(v[:, 2])
+
+
 #: Roles of a row: a tensor's value, its gradient, a parameter's update, a KPI.
 VALUE, GRADIENT, UPDATE, KPI = "value", "gradient", "update", "kpi"
 #: Trigger kinds.

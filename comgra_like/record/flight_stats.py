@@ -56,7 +56,8 @@ def derive(rows: list, raw: list) -> np.ndarray:
     reductions, None, numel)`` whose numbers are in ``raw``, or ``(BLOCK, i, numel)``, a
     row of a batched block. ``raw``: the stacked GPU rows' reductions (6 each), then the
     blocks (6 per row). mean = sum / n, L2 = sqrt(sum of squares), std from both
-    (population), abs max = max(max, -min)."""
+    (population), abs max = max(max, -min). A batched row's NaN and Inf are not counted
+    (NaN) unless its abs max is finite: then there are none (0)."""
     m = len(rows)
     if not raw:  # the CPU: every row is its numbers already
         red = np.array(rows, np.float64).reshape(m, 7)
@@ -87,6 +88,9 @@ def derive(rows: list, raw: list) -> np.ndarray:
         out[:, 2] = np.where(np.isnan(low) | np.isnan(high), np.nan, np.fmax(high, -low))
         out[:, 3] = np.sqrt(red[:, 1])
         out[:, 4:6] = red[:, 4:6]
+        # a batched row (NaN and Inf not counted) whose abs max is finite has neither
+        block = np.isnan(out[:, 4]) & np.isfinite(out[:, 2])
+        out[block, 4:6] = 0.0
     return out
 
 

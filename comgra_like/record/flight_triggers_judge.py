@@ -71,11 +71,7 @@ class TriggerJudge:
         self._ring.append(rec)
         fired = []
         if ff.NON_FINITE in self.triggers and len(v):
-            # NaN and Inf counted: they say (a finite tensor's sum of squares may overflow
-            # float32 on a GPU); not counted (a GPU's batched rows): the statistics say
-            counted = ~np.isnan(v[:, 4])
-            bad = np.where(counted, (v[:, 4] > 0) | (v[:, 5] > 0),
-                           ~np.isfinite(v[:, :4]).all(axis=1))
+            bad = ff.non_finite_rows(v)  # the counts and the abs max say
             if not bad.any():
                 self._non_finite_latched = False
             elif not self._non_finite_latched:  # one trigger per non-finite stretch

@@ -295,9 +295,67 @@ def test_batched_reductions_give_the_same_statistics(tmp_path):
     assert (a[stats].isna() == b[stats].isna()).all().all()
     finite = a[stats].notna().to_numpy() & b[stats].notna().to_numpy()
     assert abs(a[stats].to_numpy()[finite] - b[stats].to_numpy()[finite]).max() < 1e-4
-    # batched parameter rows leave NaN/Inf uncounted (NaN); the others count them
+    # batched parameter rows: no NaN/Inf where the abs max is finite (0), not counted
+    # (NaN) where it is not; the other rows count them
     batched = (b["kind"] == "parameter").to_numpy()
-    assert b["nan_count"][batched].isna().all() and not b["nan_count"][~batched].isna().any()
+    finite_max = np.isfinite(b["abs_max"].to_numpy())
+    assert (b["nan_count"][batched & finite_max] == 0).all()
+    assert b["nan_count"][batched & ~finite_max].isna().all()
+    assert not b["nan_count"][~batched].isna().any()
+
+
+def test_a_nan_in_one_batched_gradient_is_not_spread_to_the_tensors_after_it(tmp_path):
+    """The GPU's batched sums (a running sum over the concatenated gradients) are NaN
+    for every tensor after a NaN in their chunk; those tensors are still finite: the
+    trigger, its count of bad rows and the finding are those of the per-tensor path."""
+    from torch import nn
+
+    from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
+    from comgra_like.recorder import ComgraRecorder
+
+    found = {}
+    for batched in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                              nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        fr = FlightRecorder(window=8, after=0)
+        fr._force_batched = batched
+        trial = f"c{int(batched)}"
+        rec = ComgraRecorder(tmp_path, "g", trial, DecisionMakerForRecordingsFrequencyPerType(
+            1000), flight_recorder=fr)
+        rec.track_module("net", model)
+        gen = torch.Generator().manual_seed(1)
+        for step in range(6):
+            rec.start_batch(step, 4)
+            rec.start_iteration()
+            loss = model(torch.randn(4, 4, generator=gen)).pow(2).mean()
+            rec.register_tensor("loss", loss, is_loss=True)
+            opt.zero_grad()
+            loss.backward()
+            if step == 4:  # one value of the first layer's gradient only
+                model[0].weight.grad[0, 0] = float("nan")
+            rec.record_current_gradients("loss")
+            rec.finish_iteration()
+            opt.step()
+            rec.finish_batch()
+        rec.finalize()
+        (trigger,) = fr.fired
+        window = read_flight(tmp_path / "g", trial)
+        at4 = window[window["training_step"] == 4]
+        grads = at4[(at4["role"] == "gradient") & (at4["kind"] == "parameter")]
+        found[batched] = (trigger["kind"], trigger["step"], trigger["tensor"],
+                          trigger["rows_non_finite"],
+                          sorted(grads.loc[np.isfinite(grads["abs_max"]), "name"]))
+        finding = next(f for f in find(tmp_path / "g", trial) if f.kind == "flight_non_finite")
+        assert finding.numbers["tensor"] == "net.0.weight", finding.explanation
+        assert finding.steps[0] == 4 and finding.numbers["other_non_finite_rows"] == 1
+    assert found[True] == found[False]
+    assert found[True][:3] == ("non_finite", 4, "net.0.weight")
+    # the gradient and the update of net.0.weight: nothing else was bad at step 4
+    assert found[True][3] == 2
+    assert found[True][4] == ["net.0.bias", "net.2.bias", "net.2.weight", "net.4.bias",
+                              "net.4.weight"]
 
 
 def test_one_bad_batch_fires_a_loss_spike_at_its_step(tmp_path):
