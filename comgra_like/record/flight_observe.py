@@ -57,7 +57,8 @@ class FlightObserver:
         self._rows: list = []
         self._blocks: list = []  # (rows, 6) tensors of _observe_many
         self._block_rows = 0
-        self._force_batched = False  # tests: the GPU's batched reductions on the CPU
+        # tests: the GPU's reductions (single rows and batched blocks) on the CPU
+        self._force_batched = False
         self._ends: dict = {}  # where each tensor ends in a concatenation, per layout
         self._layouts: dict = {}  # a role of a set of parameters: keys, names, sizes
         self._before: list[torch.Tensor | None] = []
@@ -231,9 +232,10 @@ class FlightObserver:
         """Three reductions where the tensor lives (sum, sum of squares, min and max). On
         the CPU they are read at once as Python floats (no waiting there; cheaper than
         stacking 0-dim tensors at the end of the step), NaN and Inf counted only where a
-        sum is not finite. On a GPU they stay 0-dim tensors until the end of the step
-        stacks them all into one, the NaN and Inf counted at once (two more reductions,
-        no waiting)."""
+        sum is not finite. On a GPU they stay 0-dim tensors (the L2 norm, not its
+        square: one launch fewer) until the end of the step stacks them all into one; NaN
+        and Inf are not counted there (each count was three more launches per tensor):
+        the abs max says whether there are any (``derive``)."""
         n = t.numel()
         if n == 0:
             return
@@ -242,7 +244,7 @@ class FlightObserver:
         if t.dtype is not torch.float32:
             t = t.float()
         flat = t.reshape(-1)
-        if flat.device.type == "cpu":
+        if flat.device.type == "cpu" and not self._force_batched:
             total, squares = flat.sum().item(), torch.dot(flat, flat).item()
             low, high = torch.aminmax(flat)
             nan = inf = 0.0
@@ -253,8 +255,7 @@ class FlightObserver:
                     total, squares = wide.sum().item(), torch.dot(wide, wide).item()
             self._rows.append((total, squares, low.item(), high.item(), nan, inf, n))
         else:
-            parts = (flat.sum(), torch.dot(flat, flat), *torch.aminmax(flat),
-                     torch.isnan(flat).sum().float(), torch.isinf(flat).sum().float())
+            parts = (flat.sum(), torch.linalg.vector_norm(flat), *torch.aminmax(flat))
             self._rows.append((parts, None, n))
         self._rows_idx.append(key)
 
@@ -287,9 +288,8 @@ class FlightObserver:
         """The statistics of many tensors with few launches (a GPU's parameters,
         gradients, updates): the L2 norms and abs maxima with the multi-tensor
         ``torch._foreach_norm`` (fused kernels on a GPU), the sums with a few launches
-        (``_sums``), three stacks.
-        NaN and Inf are not counted here (NaN in the counts); a non-finite value still
-        shows in the sums and norms."""
+        (``batched_sums``), three stacks. NaN and Inf are not counted here: the abs max
+        says whether there are any (``derive``)."""
         if numels is None or 0 in numels:
             pairs = [(k, t) for k, t in zip(keys, tensors) if t.numel()]
             keys, tensors = [k for k, _ in pairs], [t for _, t in pairs]
@@ -302,8 +302,7 @@ class FlightObserver:
         l2 = torch.stack(torch._foreach_norm(ts, 2))
         amax = torch.stack(torch._foreach_norm(ts, float("inf")))
         sums = batched_sums(ts, self._ends)
-        nan = torch.full_like(sums, float("nan"))
-        self._blocks.append(torch.stack((sums, l2 * l2, -amax, amax, nan, nan), dim=1))
+        self._blocks.append(torch.stack((sums, l2, -amax, amax), dim=1))
         first = self._block_rows
         self._rows.extend((BLOCK, first + i, n) for i, n in enumerate(numels))
         self._rows_idx.extend(keys)

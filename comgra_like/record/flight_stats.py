@@ -52,31 +52,34 @@ def derive(rows: list, raw: list) -> np.ndarray:
     """The statistics of a step's rows from their reductions, for all rows at once.
 
     A row is a tuple of 7 numbers (reduced on the CPU, or a KPI given as a number: sum,
-    sum of squares, min, max, NaN count, Inf count, numel), a GPU row ``(its 6 0-dim
+    sum of squares, min, max, NaN count, Inf count, numel), a device row ``(its 4 0-dim
     reductions, None, numel)`` whose numbers are in ``raw``, or ``(BLOCK, i, numel)``, a
-    row of a batched block. ``raw``: the stacked GPU rows' reductions (6 each), then the
-    blocks (6 per row). mean = sum / n, L2 = sqrt(sum of squares), std from both
-    (population), abs max = max(max, -min). A batched row's NaN and Inf are not counted
-    (NaN) unless its abs max is finite: then there are none (0)."""
+    row of a batched block. ``raw``: the stacked device rows' reductions (sum, L2 norm,
+    min, max), then the blocks' (the same 4 per row). mean = sum / n, L2 = sqrt(sum of
+    squares), std from both (population), abs max = max(max, -min). A device or block
+    row's NaN and Inf are not counted: 0 when its abs max is finite (then there are
+    none), NaN ("not counted") when it is not."""
     m = len(rows)
     if not raw:  # the CPU: every row is its numbers already
         red = np.array(rows, np.float64).reshape(m, 7)
     else:
         red = np.zeros((m, 7), np.float64)
         n_blocks = sum(1 for r in rows if r[0] is BLOCK)
-        n_single = len(raw) - 6 * n_blocks
+        n_single = len(raw) - 4 * n_blocks
         pos = 0
         for i, row in enumerate(rows):
             if row[0] is BLOCK:
-                at = n_single + 6 * row[1]
-                red[i, :6] = raw[at:at + 6]
-                red[i, 6] = row[2]
+                at = n_single + 4 * row[1]
+                red[i, :4] = raw[at:at + 4]
             elif type(row[0]) is tuple:
-                red[i, :6] = raw[pos:pos + 6]
-                red[i, 6] = row[2]
-                pos += 6
+                red[i, :4] = raw[pos:pos + 4]
+                pos += 4
             else:
                 red[i] = row
+                continue
+            red[i, 1] *= red[i, 1]  # the L2 norm, squared
+            red[i, 4:6] = np.nan  # not counted
+            red[i, 6] = row[2]
     out = np.empty((m, len(ff.STATISTICS)), np.float64)
     with np.errstate(all="ignore"):
         n = red[:, 6]
@@ -84,13 +87,15 @@ def derive(rows: list, raw: list) -> np.ndarray:
         var = red[:, 1] / n - mean * mean
         out[:, 0] = mean
         out[:, 1] = np.where(var > 0, np.sqrt(np.abs(var)), np.where(np.isnan(var), var, 0.0))
+        one = n == 1  # one value (a loss): no spread, whatever the rounding says
+        out[one, 1] = np.where(np.isfinite(mean[one]), 0.0, np.nan)
         low, high = red[:, 2], red[:, 3]
         out[:, 2] = np.where(np.isnan(low) | np.isnan(high), np.nan, np.fmax(high, -low))
         out[:, 3] = np.sqrt(red[:, 1])
         out[:, 4:6] = red[:, 4:6]
-        # a batched row (NaN and Inf not counted) whose abs max is finite has neither
-        block = np.isnan(out[:, 4]) & np.isfinite(out[:, 2])
-        out[block, 4:6] = 0.0
+        # a row not counted whose abs max is finite has neither
+        uncounted = np.isnan(out[:, 4]) & np.isfinite(out[:, 2])
+        out[uncounted, 4:6] = 0.0
     return out
 
 

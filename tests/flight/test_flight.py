@@ -295,13 +295,14 @@ def test_batched_reductions_give_the_same_statistics(tmp_path):
     assert (a[stats].isna() == b[stats].isna()).all().all()
     finite = a[stats].notna().to_numpy() & b[stats].notna().to_numpy()
     assert abs(a[stats].to_numpy()[finite] - b[stats].to_numpy()[finite]).max() < 1e-4
-    # batched parameter rows: no NaN/Inf where the abs max is finite (0), not counted
-    # (NaN) where it is not; the other rows count them
-    batched = (b["kind"] == "parameter").to_numpy()
+    # the GPU's rows (batched or not): no NaN/Inf where the abs max is finite (0), not
+    # counted (NaN) where it is not; the CPU's count them, and agree where both count
     finite_max = np.isfinite(b["abs_max"].to_numpy())
-    assert (b["nan_count"][batched & finite_max] == 0).all()
-    assert b["nan_count"][batched & ~finite_max].isna().all()
-    assert not b["nan_count"][~batched].isna().any()
+    assert (b["nan_count"][finite_max] == 0).all() and (b["inf_count"][finite_max] == 0).all()
+    tensors = (b["role"] != "kpi").to_numpy()
+    assert b["nan_count"][tensors & ~finite_max].isna().all() and (~finite_max).any()
+    assert not a["nan_count"].isna().any()
+    assert (a["nan_count"][finite_max] == 0).all()
 
 
 def test_a_nan_in_one_batched_gradient_is_not_spread_to_the_tensors_after_it(tmp_path):
@@ -419,8 +420,8 @@ def test_device_steps_are_judged_when_their_copy_has_landed_oldest_first(tmp_pat
     key = fr._key("t", "t", "value", "calculated", 0, None)
 
     def pending(step, done):
-        # one row reduced on a device: its 6 numbers in the host copy
-        host = torch.tensor([float(step), 1.0, 0.0, 1.0, 0.0, 0.0])
+        # one row reduced on a device: its 4 numbers (sum, L2, min, max) in the host copy
+        host = torch.tensor([float(step), 1.0, 0.0, 1.0])
         return (step, np.asarray([key]), [((), None, 1)], host, _Event(done), None)
 
     fr._pending.append(pending(0, True))
