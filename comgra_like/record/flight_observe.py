@@ -118,8 +118,22 @@ class FlightObserver:
 
     @guarded
     def observe_parameter_gradients(self, params: list) -> None:
+        """The parameters' gradients at the end of the step, unless they were observed
+        during it (``observe_gradients``, ``observe_gradient``)."""
         if self._step is None or self._params_seen_grad:
             return
+        self._gradients_now(params)
+
+    @guarded
+    def observe_gradients(self, params: list) -> None:
+        """These parameters' gradients as they are now, reduced together (watch(): at the
+        end of each backward pass, after DDP's averaging); the parameters' gradients are
+        then not read again at the end of the step."""
+        if self._step is None:
+            return
+        self._gradients_now(params)
+
+    def _gradients_now(self, params: list) -> None:
         self._params_seen_grad = True
         grads = [p.tensor.grad for p in params]
         if None in grads:

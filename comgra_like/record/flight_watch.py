@@ -3,8 +3,9 @@ training step, while watch records one step in ``log_freq`` (issue 30).
 
 What it sees on every training forward of the root module (a training step, numbered as
 watch numbers them): every parameter's value (at the forward) and update (at the next
-training forward, after the optimizer step), every parameter's gradient (a
-post-accumulate-grad hook that returns nothing), and the output of every module (the
+training forward, after the optimizer step), every parameter's gradient (noted by a
+post-accumulate-grad hook that returns nothing, all of a backward pass reduced together
+when it ends, after DDP's averaging), and the output of every module (the
 root's included: each floating-point tensor of the output, named as watch names it,
 ``"<module> output 0"``) with its gradient (a tensor hook that returns nothing). Forward
 passes in eval mode are not steps, and a module called while no training forward runs
@@ -26,6 +27,7 @@ from ..errors import FlightTriggerError
 from .flight import FlightRecorder
 from .module_io import outputs_of
 from .step import Parameter
+from .watch_gradients import queue_after_backward
 
 log = logging.getLogger("comgra_like")
 
@@ -65,9 +67,10 @@ class FlightDriver:
             node = f"{root}.{sub_name}" if sub_name else root
             self.handles.append(sub.register_forward_hook(self._output_hook(node)))
         self.handles.append(module.register_forward_hook(self._post))
+        self._grad_params: list[Parameter] = []  # those with a gradient in this backward
         for param in self.params:
             self.handles.append(param.tensor.register_post_accumulate_grad_hook(
-                self._grad_hook(param.full_name)))
+                self._grad_hook(param)))
 
     def _pre(self, module, args) -> None:
         self.active = False
@@ -113,11 +116,25 @@ class FlightDriver:
     def _post(self, module, args, output) -> None:
         self.active = False  # the training forward is over (the root's hooks ran)
 
-    def _grad_hook(self, name: str):
+    def _grad_hook(self, entry: Parameter):
         def hook(param) -> None:
-            if self.open and param.grad is not None:
-                self.flight.observe_gradient(name, param.grad)
+            if not self.open or param.grad is None:
+                return
+            try:
+                if not self._grad_params:  # the first of this backward pass
+                    queue_after_backward(self._gradients_done)
+                self._grad_params.append(entry)
+            except Exception as e:  # noqa: BLE001 - inside backward: never into training
+                log.warning("comgra_like.watch: flight recorder: %s", e)
         return hook
+
+    def _gradients_done(self) -> None:
+        """The end of a backward pass: its parameters' gradients, reduced together (a
+        few launches for all of them on a GPU instead of three each), as they are after
+        DDP's averaging."""
+        params, self._grad_params = self._grad_params, []
+        if self.open and params:
+            self.flight.observe_gradients(params)
 
     def close(self) -> None:
         """The last step ends, the hooks go."""

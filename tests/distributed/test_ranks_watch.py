@@ -146,6 +146,12 @@ def test_gradients_are_recorded_after_ddp_averaged_them(job):
         norms = g.read_metrics(trial, module=NODE, metric="WeightGradNorm", steps=step,
                                ranks="all")["value"].to_numpy()
         np.testing.assert_allclose(norms, [np.linalg.norm(grad)] * 2, rtol=1e-6)
+    # the flight recorder too: each backward's gradients once DDP averaged them
+    for rank in (0, 1):
+        flight = np.load(root / "raw" / f"flightgrad-{rank}.npy", allow_pickle=False)
+        want = [np.linalg.norm(raw(root, "wgrad", 0, s).astype(np.float64))
+                for s in range(STEPS)]
+        np.testing.assert_allclose(flight, want, rtol=1e-5)
 
 
 def test_metrics_per_rank_are_distinct_and_equal_each_ranks_values(job):

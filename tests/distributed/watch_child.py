@@ -10,8 +10,9 @@ its ``get_output()`` gave to ``ROOT/raw/output-<rank>.json``.
 Each rank saves what it computed as .npy files under ROOT/raw/ so that the test compares
 the stored rows with them: per step the first layer's output (``out-<rank>-<step>``) and
 its input (``in-<rank>-<step>``), the loss (``loss-<rank>-<step>``) and its weight's
-gradient after the backward pass (``wgrad-<rank>-<step>``); each rank also
-takes a note at step 1.
+gradient after the backward pass (``wgrad-<rank>-<step>``), and the L2 norm of that
+gradient per step as its armed flight recorder saw it (``flightgrad-<rank>``); each rank
+also takes a note at step 1.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def main() -> int:
     saved: dict[str, torch.Tensor] = {}
     net.first.register_forward_hook(
         lambda m, args, out: saved.update(input=args[0].detach(), output=out.detach()))
+    flight_norms: list[float] = []
+
+    def seen(flight_step) -> None:  # the flight recorder's view of the weight's gradient
+        flight_norms.append(flight_step.stats[("model.module.first.weight", "gradient")][
+            "l2_norm"])
+
     if monitor:
         handle = comgra_like.Monitor(model, {"first": ["InputSndNorm"]}, path=str(root / "m"))
     else:
@@ -66,7 +73,9 @@ def main() -> int:
                                    reject_outlier_proportion=0.0,
                                    standalone_dir=str(root / "g"),
                                    metrics={"module.first": ["InputSndNorm", "OutputNorm",
-                                                             "WeightGradNorm"]})
+                                                             "WeightGradNorm"]},
+                                   flight_recorder=comgra_like.FlightRecorder(
+                                       window=8, predicate=seen))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     raw = root / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -95,6 +104,7 @@ def main() -> int:
         handle.close()
     else:
         handle.unwatch()
+        np.save(raw / f"flightgrad-{rank}.npy", np.asarray(flight_norms, np.float64))
     (raw / f"trial-{rank}.txt").write_text(handle.trial_id)
     dist.destroy_process_group()
     print("finished", flush=True)
