@@ -144,6 +144,16 @@ class FlightObserver:
         self._observe_many(keys, grads, numels)
         self._keep_many(names, ff.GRADIENT, grads, False, nbytes)
 
+    def gradients_together(self, grad: torch.Tensor) -> bool:
+        """Whether parameter gradients like ``grad`` are best reduced all together at the
+        end of a backward pass (``observe_gradients``) rather than one by one as they
+        come: on a GPU (a few launches for all), in a distributed job (DDP averages them
+        at the end of the pass), or with the device path forced (tests)."""
+        if self._force_batched or grad.device.type != "cpu":
+            return True
+        dist = torch.distributed
+        return dist.is_available() and dist.is_initialized()
+
     @guarded
     def observe_gradient(self, name: str, grad: torch.Tensor) -> None:
         """One parameter's gradient (watch()'s post-accumulate hooks); the parameters'
