@@ -25,6 +25,7 @@ from .flight_stats import BLOCK, batched_sums, derive
 log = logging.getLogger("comgra_like")
 
 MAX_PENDING = 4  # GPU steps judged late at most (then the oldest is waited for)
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def guarded(method):
@@ -265,10 +266,11 @@ class FlightObserver:
             return
         if t.is_complex():
             t = t.abs()
-        if t.dtype is not torch.float32:
+        on_host = t.device.type == "cpu" and not self._force_batched
+        if t.dtype is not torch.float32 and (on_host or t.dtype not in _HALF):
             t = t.float()
         flat = t.reshape(-1)
-        if flat.device.type == "cpu" and not self._force_batched:
+        if on_host:
             total, squares = flat.sum().item(), torch.dot(flat, flat).item()
             low, high = torch.aminmax(flat)
             nan = inf = 0.0
@@ -278,6 +280,10 @@ class FlightObserver:
                     wide = flat.double()
                     total, squares = wide.sum().item(), torch.dot(wide, wide).item()
             self._rows.append((total, squares, low.item(), high.item(), nan, inf, n))
+        elif flat.dtype in _HALF:  # bf16 / fp16 (autocast): summed in float32, no copy
+            parts = (flat.sum(dtype=torch.float32),
+                     torch.linalg.vector_norm(flat, dtype=torch.float32), *torch.aminmax(flat))
+            self._rows.append((parts, None, n))  # the stack at the end makes them float32
         else:
             parts = (flat.sum(), torch.linalg.vector_norm(flat), *torch.aminmax(flat))
             self._rows.append((parts, None, n))

@@ -94,3 +94,62 @@ def test_watch_flight_leaves_training_bitwise_identical_and_clean_runs_silent(tm
 def test_watch_flight_with_a_users_recorder_is_refused(tmp_path):
     with pytest.raises(ConfigurationError, match="pass flight_recorder= to your"):
         watch(make_model(0), recorder=object(), flight_recorder=FlightRecorder())
+
+
+def test_bf16_outputs_reduced_on_the_device_path_without_a_copy_agree(tmp_path):
+    # autocast bf16: the module outputs and their gradients are bf16; the device path
+    # sums them in float32 without a float32 copy; the statistics are those the CPU path
+    # computes from the float32 copy (up to the order of summation)
+    from torch import nn
+
+    from comgra_like.query.flight import read_flight
+
+    stats = {}
+    for device_path in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        fr = FlightRecorder(window=4, predicate=lambda s: s.step == 5)
+        fr._force_batched = device_path
+        gen = torch.Generator().manual_seed(1)
+        trial = f"bf{int(device_path)}"
+        with watch(model, log_freq=1000, standalone_dir=tmp_path, trial_id=trial,
+                   verbose=False, flight_recorder=fr):
+            for _ in range(6):
+                opt.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out = model(torch.randn(8, 16, generator=gen))
+                assert out.dtype is torch.bfloat16
+                out.float().pow(2).mean().backward()
+                opt.step()
+        assert [f["kind"] for f in fr.fired] == ["predicate"]
+        window = read_flight(tmp_path, trial)
+        stats[device_path] = window[window["name"].str.contains("output")].sort_values(
+            ["training_step", "name", "role"])
+    a, b = stats[False], stats[True]
+    assert len(a) == len(b) > 0 and list(a["name"]) == list(b["name"])
+    for column in ("mean", "std", "abs_max", "l2_norm"):
+        assert b[column].to_numpy() == pytest.approx(a[column].to_numpy(), rel=1e-4, abs=1e-6)
+    assert (b["nan_count"] == 0).all()
+
+
+def test_a_bf16_tensor_on_the_device_path_takes_three_reductions_and_no_copy():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    fr = FlightRecorder()
+    fr._force_batched = True
+    fr.begin(0, [])
+    x = torch.randn(64, 32).bfloat16()
+    with Ops() as ops:
+        fr.observe_tensor("x", x, "x", "calculated")
+    reductions = [n for n in ops.names if n not in ("detach", "view", "reshape", "alias")]
+    assert sorted(reductions) == ["aminmax", "linalg_vector_norm", "sum"], ops.names
