@@ -1,8 +1,8 @@
 """``watch(model, flight_recorder=...)``: a FlightRecorder fed by hooks of its own on every
 training step, while watch records one step in ``log_freq`` (issue 30).
 
-What it sees on every training forward of the root module (a training step, numbered as
-watch numbers them): every parameter's value (at the forward) and update (at the next
+What it sees on every training step (numbered as watch numbers them: a further forward
+of the open step, e.g. a micro-batch of gradient accumulation, adds rows to that step): every parameter's value (at the forward) and update (at the next
 training forward, after the optimizer step), every parameter's gradient (a
 post-accumulate-grad hook that returns nothing; on a GPU or in a distributed job it only
 notes the parameter, and all of a backward pass are reduced together when it ends, after
@@ -40,7 +40,8 @@ class FlightDriver:
     ``request_recording`` for the steps after a trigger and ``writer``, whose
     ``flight_trigger`` names each trigger in trial.json)."""
 
-    def __init__(self, flight: FlightRecorder, module: torch.nn.Module, root: str, recorder):
+    def __init__(self, flight: FlightRecorder, module: torch.nn.Module, root: str, recorder,
+                 continues_step: Callable[[], bool] | None = None):
         def notify(trigger: dict) -> None:
             writer = recorder.writer
             if writer is not None:
@@ -48,6 +49,9 @@ class FlightDriver:
 
         flight.attach(recorder.trial_path, recorder.rank, notify)
         self.flight, self.root = flight, root
+        # watch()'s rule: whether a training forward now continues the open step (a
+        # further micro-batch of gradient accumulation) rather than opening the next one
+        self.continues_step = continues_step
         self.request_recording: Callable[[int], None] | None = getattr(
             recorder, "request_recording", None)
         self.params: list[Parameter] = []
@@ -78,6 +82,9 @@ class FlightDriver:
         if not module.training:
             return
         try:
+            if self.open and self.continues_step is not None and self.continues_step():
+                self.active = True  # a further forward of the open step: more rows of it
+                return
             if self.open:
                 self.flight.end(self.params)  # the update: after the optimizer's step
                 self._hand_over()

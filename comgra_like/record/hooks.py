@@ -149,6 +149,21 @@ class Watcher(ModuleHooks, GradientHooks, WatchOutput):
 
     # ----- steps ------------------------------------------------------------------------
 
+    def continues_open_step(self) -> bool:
+        """Whether a training forward of the root, now, belongs to the training step that
+        is open (recorded or not) instead of opening the next one: with an optimizer, no
+        optimizer step since it opened and the gradients not reset after a backward (a
+        further micro-batch of gradient accumulation); without one, no backward yet
+        (``delay_log_multi_backward``). watch()'s rule for numbering steps; the flight
+        recorder's driver asks it before each training forward so that its steps are
+        these."""
+        if not (self.open == TRAINING or self.open_skipped):
+            return False
+        if self.optimizer is not None:
+            return self.optimizer.continues_step(self._optimizer_steps_at_open,
+                                                 self.backward_seen)
+        return bool(self.s.delay_log_multi_backward) and not self.backward_seen
+
     def _root_pre(self, module, args, kwargs):
         if self.closed:
             return
@@ -163,15 +178,8 @@ class Watcher(ModuleHooks, GradientHooks, WatchOutput):
             return
         self._set_active(False)  # (a forward that raised left it on)
         if module.training:
-            if self.optimizer is not None and (self.open == TRAINING or self.open_skipped) \
-                    and self.optimizer.continues_step(self._optimizer_steps_at_open,
-                                                      self.backward_seen):
-                if self.open == TRAINING:  # a further micro-batch of the same step
-                    self._begin_iteration()
-                return
-            if self.optimizer is None and self.s.delay_log_multi_backward and \
-                    not self.backward_seen and (self.open == TRAINING or self.open_skipped):
-                if self.open == TRAINING:  # the same step goes on: a further forward
+            if self.continues_open_step():
+                if self.open == TRAINING:  # a further micro-batch / forward of the step
                     self._begin_iteration()
                 return
             self.end_step()

@@ -347,7 +347,8 @@ def watch(
     if flight_recorder is not None and getattr(recorder, "trial_path", None) is not None:
         from .flight_watch import FlightDriver
 
-        flight = FlightDriver(flight_recorder, module, root, recorder)
+        flight = FlightDriver(flight_recorder, module, root, recorder,
+                              watcher.continues_open_step if own else None)
         if (optimizers is not None and flight_recorder.state is not None
                 and not flight_recorder.state.optimizers):
             flight_recorder.keep_optimizer(optimizers)  # keep_state: for the replay

@@ -153,3 +153,37 @@ def test_a_bf16_tensor_on_the_device_path_takes_three_reductions_and_no_copy():
         fr.observe_tensor("x", x, "x", "calculated")
     reductions = [n for n in ops.names if n not in ("detach", "view", "reshape", "alias")]
     assert sorted(reductions) == ["aminmax", "linalg_vector_norm", "sum"], ops.names
+
+
+@pytest.mark.parametrize("case", ["accumulation", "two_forwards"])
+def test_flight_steps_are_watchs_steps(tmp_path, case):
+    # gradient accumulation (2 micro-batches per optimizer step, watch(optimizer=)) and
+    # two forwards before one backward (delay_log_multi_backward=True): a step of the
+    # flight recorder is a step of the trial; a NaN in the second forward of step 9
+    # fires at step 9
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    fr = FlightRecorder(window=32, after=0)
+    kwargs = ({"optimizer": opt} if case == "accumulation"
+              else {"delay_log_multi_backward": True})
+    gen = torch.Generator().manual_seed(1)
+    with watch(model, log_freq=3, standalone_dir=tmp_path, trial_id="s", verbose=False,
+               flight_recorder=fr, **kwargs) as handle:
+        for step in range(12):
+            opt.zero_grad()
+            x = torch.randn(2, 3, 4, generator=gen)
+            if step == 9:
+                x[1, 0, 0] = float("nan")
+            if case == "accumulation":
+                for micro in range(2):
+                    model(x[micro]).pow(2).mean().backward()
+            else:
+                (model(x[0]) - model(x[1])).pow(2).mean().backward()
+            opt.step()
+    assert fr.steps_kept() == list(range(12))
+    recorded = open_group(handle.group_path).read_statistics("s")["training_step"]
+    assert sorted(set(recorded)) == [0, 3, 6, 9]
+    assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 9)]
