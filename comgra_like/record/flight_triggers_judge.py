@@ -59,15 +59,20 @@ class TriggerJudge:
         codes = self._codes_np[rec.idx] if len(rec.idx) else np.zeros(0, np.int8)
         l2sq = np.square(v[:, 3]) if len(v) else np.zeros(0)
         scalars = rec.scalars
-        scalars["grad_norm"] = (float(math.sqrt(l2sq[codes == PARAM_GRAD].sum()))
-                                if (codes == PARAM_GRAD).any() else None)
+        grads = np.flatnonzero(codes == PARAM_GRAD)
+        if len(grads):  # a parameter's last row of the step: the gradient its update used
+            keys = rec.idx[grads][::-1]  # (several with accumulation: one per backward)
+            grads = grads[::-1][np.unique(keys, return_index=True)[1]]
+        scalars["grad_norm"] = float(math.sqrt(l2sq[grads].sum())) if len(grads) else None
         pv, pu = l2sq[codes == PARAM_VALUE].sum(), l2sq[codes == PARAM_UPDATE].sum()
         scalars["update_ratio"] = (float(math.sqrt(pu / pv)) if (codes == PARAM_UPDATE).any()
                                    and pv > 0 else None)
         loss = np.flatnonzero(codes == LOSS_VALUE)
         if not len(loss):
             loss = np.flatnonzero(codes == LOSS_KPI)
-        scalars["loss"] = float(v[loss[0], 0]) if len(loss) else None
+        if len(loss):  # the first loss, over every iteration (micro-batch) of the step
+            loss = loss[rec.idx[loss] == rec.idx[loss[0]]]
+        scalars["loss"] = float(np.mean(v[loss, 0])) if len(loss) else None
         self._ring.append(rec)
         fired = []
         if ff.NON_FINITE in self.triggers and len(v):

@@ -115,11 +115,27 @@ class FlightDriver:
             try:
                 for role, t in outputs_of(output):
                     if t.is_floating_point():
-                        flight.observe_tensor(f"{node} {role}", t, node, "calculated")
+                        # the model's own loss (a transformers ModelOutput's ``loss``)
+                        kind = "loss" if node == self.root and role == "output loss" \
+                            else "calculated"
+                        flight.observe_tensor(f"{node} {role}", t, node, kind)
             except Exception as e:  # noqa: BLE001 - never into training
                 self.active = False
                 log.warning("comgra_like.watch: flight recorder: %s", e)
         return hook
+
+    def observe_loss(self, loss) -> None:
+        """``handle.log_loss(loss)``: the step's loss for the loss-spike trigger (each
+        micro-batch's: the step is judged on their mean)."""
+        if not self.open:
+            return
+        try:
+            if isinstance(loss, torch.Tensor):
+                self.flight.observe_tensor("loss", loss.detach(), "loss", "loss")
+            else:
+                self.flight.observe_kpi("train", "loss", float(loss))
+        except Exception as e:  # noqa: BLE001 - never into training
+            log.warning("comgra_like.watch: flight recorder: %s", e)
 
     def _post(self, module, args, output) -> None:
         self.active = False  # the training forward is over (the root's hooks ran)

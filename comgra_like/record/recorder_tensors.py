@@ -100,7 +100,9 @@ class TensorCalls:
     ) -> None:
         """Store the current ``.grad`` of every registered tensor under this loss group."""
         if self._flight is not None and self._stage != "idle":
-            self._flight.observe_parameter_gradients(self._params)
+            # every call: a step of several iterations (accumulation) or loss groups has
+            # a row per call; the last is what the optimizer's step will use
+            self._flight.observe_gradients(self._params)
         if not self._recording:
             return
         if not self._decided:

@@ -108,12 +108,17 @@ class WatchHandle:
     def log_loss(self, loss: Any, step: int | None = None) -> None:
         """Record the loss (a number or a one-element tensor) of the current step, or of
         ``step``, as the metric ``loss`` of the root module (monitorch's loss lens; needs
-        ``metrics=``, e.g. ``metrics={}``)."""
-        if self._metrics is None:
+        ``metrics=``, e.g. ``metrics={}``), and give it to the flight recorder (its
+        loss-spike trigger; the current step only)."""
+        if self._metrics is None and self._flight is None:
             raise ConfigurationError(
                 "log_loss() stores the loss with the per-module metrics: pass metrics= to "
-                "watch() (metrics={} records the loss alone)")
-        self._metrics.log_loss(loss, step)
+                "watch() (metrics={} records the loss alone), or flight_recorder= for its "
+                "loss-spike trigger")
+        if self._flight is not None and step is None:
+            self._flight.observe_loss(loss)
+        if self._metrics is not None:
+            self._metrics.log_loss(loss, step)
 
     def unwatch(self) -> None:
         """Remove every hook; the last recorded step is written. With its own trial the

@@ -187,3 +187,35 @@ def test_flight_steps_are_watchs_steps(tmp_path, case):
     recorded = open_group(handle.group_path).read_statistics("s")["training_step"]
     assert sorted(set(recorded)) == [0, 3, 6, 9]
     assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 9)]
+
+
+def test_with_accumulation_the_step_is_judged_on_its_whole_gradient_and_loss(tmp_path):
+    # two micro-batches per optimizer step: the gradient norm judged is the norm of the
+    # accumulated gradient the optimizer used (each backward leaves a row; the last
+    # counts), the loss the mean of the micro-batches' losses (the loss KPI of each)
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    seen: list[tuple[float, float]] = []
+    fr = FlightRecorder(window=8, predicate=lambda s: seen.append((s.grad_norm, s.loss)))
+    want: list[tuple[float, float]] = []
+    gen = torch.Generator().manual_seed(1)
+    with watch(model, optimizer=opt, log_freq=1000, standalone_dir=tmp_path, trial_id="a",
+               verbose=False, flight_recorder=fr) as handle:
+        for _ in range(5):
+            opt.zero_grad()
+            losses = []
+            for _ in range(2):
+                loss = model(torch.randn(3, 4, generator=gen)).pow(2).mean()
+                handle.log_loss(loss)
+                loss.backward()
+                losses.append(float(loss.detach()))
+            norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters()))
+            want.append((float(norm), sum(losses) / 2))
+            opt.step()
+    assert len(seen) == 5
+    for (norm, loss), (want_norm, want_loss) in zip(seen, want):
+        assert norm == pytest.approx(want_norm, rel=1e-5)
+        assert loss == pytest.approx(want_loss, rel=1e-5)

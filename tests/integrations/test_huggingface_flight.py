@@ -1,6 +1,7 @@
 """The flight recorder armed through the Hugging Face Trainer callback (a tiny BERT from a
 configuration, CPU): with gradient accumulation its steps are the Trainer's optimizer
-steps, the trial's steps; a healthy run fires nothing; training stays bitwise the same."""
+steps, the trial's steps; the model's own loss is judged; a healthy run fires nothing;
+training stays bitwise the same."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def test_accumulating_trainer_steps_are_the_flight_recorders_and_a_healthy_run_i
         tmp_path):
     settings = {"max_steps": 6, "gradient_accumulation_steps": 2}
     plain, _ = train(tmp_path / "plain", **settings)
-    flight = FlightRecorder(window=16, warmup=2)
+    losses: list = []
+    flight = FlightRecorder(window=16, warmup=2, predicate=lambda s: losses.append(s.loss))
     callback = ComgraCallback(log_freq=2, flight_recorder=flight)
     watched, trainer = train(tmp_path / "watched", [callback], **settings)
     assert trainer.state.global_step == 6
@@ -28,3 +30,6 @@ def test_accumulating_trainer_steps_are_the_flight_recorders_and_a_healthy_run_i
     recorded = sorted(set(g.read_statistics(callback.handle.trial_id)["training_step"]))
     assert recorded == [0, 2, 4]
     assert flight.fired == []  # spikes judged from the third step on: none
+    # the model's own loss (its ModelOutput's) is the flight recorder's loss: the mean of
+    # the step's two micro-batches
+    assert len(losses) == 6 and all(0 < v < 10 for v in losses)
