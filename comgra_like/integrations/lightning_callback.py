@@ -53,6 +53,7 @@ class LightningRecording(WatchSettings):
         self._probe = None
         self._closure_hooks: list = []
         self._checked = False
+        self._loss_failed = False
 
     # ----- Lightning's hooks ------------------------------------------------------------
 
@@ -77,6 +78,8 @@ class LightningRecording(WatchSettings):
             self._probe = target.register_forward_pre_hook(self._seen)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.flight_recorder is not None and self.watching:
+            self._loss_to_flight(outputs)
         if self._checked or self.handle is None:
             return
         self._checked = True
@@ -86,6 +89,20 @@ class LightningRecording(WatchSettings):
                 "of it is recorded: call self(...) in training_step, or pass "
                 "ComgraCallback(module='<attribute>') for the submodule it calls",
                 type(self.handle.module).__name__)
+
+    def _loss_to_flight(self, outputs) -> None:
+        """The training step's loss (what training_step returned) for the flight
+        recorder's loss-spike trigger; a failure is said once, training goes on."""
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            return
+        try:
+            self.handle.log_loss(loss.detach())
+        except Exception as e:  # noqa: BLE001 - never into training
+            if not self._loss_failed:
+                self._loss_failed = True
+                log.warning("comgra_like ComgraCallback: the loss does not reach the flight "
+                            "recorder (%s: %s); its other triggers go on", type(e).__name__, e)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if self.watching:

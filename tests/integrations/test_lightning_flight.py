@@ -44,3 +44,23 @@ def test_a_nan_at_one_step_fires_there_through_the_lightning_callback(tmp_path):
     assert trigger.window[1] - trigger.window[0] + 1 == 8  # every step, none recorded
     finding = next(f for f in find(group, trial) if f.kind == "flight_non_finite")
     assert finding.node == "model.first" and finding.steps[0] == BAD_STEP
+
+
+class Spiking(Tiny):
+    """Tiny whose loss is 50 times as large at training step SPIKE_STEP (one bad batch)."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss * 50 if self.global_step == SPIKE_STEP else loss
+
+
+SPIKE_STEP = 9
+
+
+def test_the_training_steps_loss_reaches_the_loss_spike_trigger(tmp_path):
+    torch.manual_seed(0)
+    flight = FlightRecorder(window=8, after=0, warmup=4, triggers=("loss_spike",))
+    callback = ComgraCallback(log_freq=1000, flight_recorder=flight)
+    trainer(tmp_path, [callback], max_steps=12).fit(Spiking(), data(48, 1), data(16, 2))
+    assert [(f["kind"], f["step"]) for f in flight.fired] == [("loss_spike", SPIKE_STEP)]
+    assert flight.fired[0]["value"] > 10 * flight.fired[0]["median"]
