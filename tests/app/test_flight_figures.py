@@ -184,7 +184,8 @@ def test_the_tensors_page_chart_gets_the_dense_windows(data):
     assert ff.add_flight_window(recorded_figure := {"data": [1]}, None, "norm") is recorded_figure
 
 
-def test_a_step_change_moves_the_marker_and_keeps_the_shaded_windows(data):
+def test_a_step_change_moves_the_marker_and_keeps_the_shaded_windows(data, monkeypatch):
+    from comgra_like.app.pages.tensors import views
     from comgra_like.app.pages.tensors.views import series_view
     from comgra_like.app.timings import Timings
 
@@ -196,7 +197,16 @@ def test_a_step_change_moves_the_marker_and_keeps_the_shaded_windows(data):
     bands = [s for s in figure["layout"]["shapes"] if s["type"] == "rect"]
     assert len(bands) == 2
     moved = {**selection, "current": {**current, "training_step": 20}}
-    patch, _ = series_view(data, Timings(), 0.0, moved, key, None)
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("a step change read the flight windows again")
+
+    monkeypatch.setattr(views.flight_data, "tensors_page_series", no_read)
+    patch, moved_key = series_view(data, Timings(), 0.0, moved, key, None)
+    assert moved_key["bands"] == bands  # carried on to the next step change
+    # the same step again: nothing to send
+    assert series_view(data, Timings(), 0.0, moved, moved_key, None) == (
+        views.no_update, views.no_update)
     shapes = patch.to_plotly_json()["operations"][0]["params"]["value"]
     assert shapes[0]["x0"] == 20 and shapes[1:] == bands
 

@@ -165,17 +165,18 @@ def series_view(data: AppData, timings: Any, started: float, selection: dict | N
         "step": step,
         "rank": rank,
     }
-    if unchanged(key, shown):
+    # the flight windows' shaded bands ride along in the key, so that a step change
+    # patches them back without reading the windows again
+    bands = (shown or {}).get("bands") or []
+    was = {k: v for k, v in (shown or {}).items() if k != "bands"} or None
+    if unchanged(key, was):
         return nothing(2)
-    if shown and {k: v for k, v in shown.items() if k != "step"} == {
+    if was and {k: v for k, v in was.items() if k != "step"} == {
         k: v for k, v in key.items() if k != "step"
     }:
         patch = Patch()
-        # the step marker moves; the flight windows' shading stays (cached: no read)
-        patch["layout"]["shapes"] = figures.step_marker_shapes(step) + (
-            flight_figures.series_window_shapes(flight_data.tensors_page_series(
-                data, current, statistic)) if is_complete(current) else [])
-        return patch, key
+        patch["layout"]["shapes"] = figures.step_marker_shapes(step) + bands
+        return patch, {**key, "bands": bands}
     if not is_complete(current):
         return figures.empty_figure("", VIEW_HEIGHT), key
     try:
@@ -184,8 +185,9 @@ def series_view(data: AppData, timings: Any, started: float, selection: dict | N
         return figures.empty_figure(str(exc), VIEW_HEIGHT), key
     figure = figures.series_figure(frame, statistic, step, height=VIEW_HEIGHT)
     # the flight recorder's windows: every step of them among the recorded steps
-    flight_figures.add_flight_window(figure, flight_data.tensors_page_series(
-        data, current, statistic), statistic, current.get("aggregation"))
+    windows = flight_data.tensors_page_series(data, current, statistic)
+    flight_figures.add_flight_window(figure, windows, statistic, current.get("aggregation"))
     figure["layout"]["uirevision"] = str(what)  # zoom survives step changes
+    key["bands"] = flight_figures.series_window_shapes(windows) if figure.get("data") else []
     timings.record("series", time.perf_counter() - started)
     return figure, key
