@@ -52,17 +52,23 @@ class TensorReads:
             return []
         return self.safely("ranks", lambda: self._group.list_ranks(trial_id), [])
 
-    def read_tensor(self, current: Mapping[str, Any], rank: Any = None) -> Any:
-        """The TensorRecord of a complete selection (raises NotFoundError); ``rank``: one
-        rank's (None: the lowest) or ``MERGED`` (``controls.rank_selector``), all ranks
-        merged (a selection of one sample cannot be merged: a ConfigurationError says so)."""
+    def _stored(self, current: Mapping[str, Any]) -> tuple:
+        """Where a complete selection's data is stored: (node, role, iteration,
+        aggregation, sample index); NotFoundError for a node not in the step's graph."""
         node = self.graph_node(
             current["trial"], current["training_step"], current["iteration"], current["node"]
         )
         if node is None:
             raise NotFoundError(f"node {current['node']!r} is not in this graph")
         stored_node, stored_role, iteration = self.data_location(node, current["role"])
-        aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
+        return (stored_node, stored_role, iteration, *sel.parse_aggregation(
+            current["aggregation"]))
+
+    def read_tensor(self, current: Mapping[str, Any], rank: Any = None) -> Any:
+        """The TensorRecord of a complete selection (raises NotFoundError); ``rank``: one
+        rank's (None: the lowest) or ``MERGED`` (``controls.rank_selector``), all ranks
+        merged (a selection of one sample cannot be merged: a ConfigurationError says so)."""
+        stored_node, stored_role, iteration, aggregation, sample_index = self._stored(current)
         args = (current["trial"], current["training_step"], iteration, stored_node,
                 stored_role, current["recording_type"], aggregation)
         if rank == MERGED:
@@ -73,13 +79,7 @@ class TensorReads:
                     rank: Any = None) -> pd.DataFrame:
         """The statistic of the selected tensor over all recorded steps (cached per
         version), of one rank (None: the lowest) or ``MERGED``."""
-        node = self.graph_node(
-            current["trial"], current["training_step"], current["iteration"], current["node"]
-        )
-        if node is None:
-            raise NotFoundError(f"node {current['node']!r} is not in this graph")
-        stored_node, stored_role, iteration = self.data_location(node, current["role"])
-        aggregation, sample_index = sel.parse_aggregation(current["aggregation"])
+        stored_node, stored_role, iteration, aggregation, sample_index = self._stored(current)
         toe = current.get("type_of_execution")
         toe = None if toe in (None, ANY_TYPE) else toe
         # Iterations are relative for nodes of a recurrent graph: a node stored at the
