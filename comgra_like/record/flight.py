@@ -106,10 +106,6 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
         #: last two steps, on the host (record/flight_replay.py; ``replay``).
         self.state = StateKeeper() if keep_state else None
         if optimizer is not None:
-            if self.state is None:
-                raise ConfigurationError(
-                    "FlightRecorder(optimizer=...): the optimizer's state is kept for the "
-                    "replay; pass keep_state=True with it")
             self.keep_optimizer(optimizer)
         self._trial_path: Path | None = None
         self._rank = 0
@@ -144,13 +140,16 @@ class FlightRecorder(FlightObserver, TriggerJudge, FlightWindow, FlightCatalog):
     def keep_optimizer(self, optimizer) -> None:
         """``keep_state=True``: keep this optimizer's state (or these optimizers') from
         before each step too, for :meth:`replay` (watch(optimizer=...) calls it)."""
+        if self.state is None:
+            raise ConfigurationError(
+                "FlightRecorder(optimizer=...): the optimizer's state is kept for the "
+                "replay; pass keep_state=True with it")
         opts = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
         if not opts or not all(isinstance(o, torch.optim.Optimizer) for o in opts):
             raise ConfigurationError(
                 "FlightRecorder(optimizer=...): a torch.optim.Optimizer or a list of them, "
                 f"got {type(optimizer).__name__}")
-        if self.state is not None:
-            self.state.optimizers = opts
+        self.state.optimizers = opts
 
     def take_forced_recording(self) -> bool:
         """Whether the next step must be recorded in full (``after`` steps after a

@@ -56,7 +56,7 @@ class FlightObserver:
         self._rows_idx: list[int] = []
         # per row: (reductions, tensor or None, numel) or a host row (the 6 statistics)
         self._rows: list = []
-        self._blocks: list = []  # (rows, 6) tensors of _observe_many
+        self._blocks: list = []  # (rows, 4) tensors of _observe_many
         self._block_rows = 0
         # tests: the GPU's reductions (single rows and batched blocks) on the CPU
         self._force_batched = False

@@ -101,7 +101,8 @@ def _host_copy(t: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
 
 def _copy_state_dict(sd: dict, old: dict | None) -> dict:
     """An optimizer's state_dict with every tensor of its state copied to the host (into
-    ``old``'s tensors where they match) and its param_groups deep-copied."""
+    ``old``'s tensors where they match; new ones with None) and its param_groups
+    deep-copied."""
     old_state = (old or {}).get("state") or {}
     state = {}
     for index, entries in sd.get("state", {}).items():
@@ -112,14 +113,6 @@ def _copy_state_dict(sd: dict, old: dict | None) -> dict:
                    else copy.deepcopy(v)) for k, v in g.items()}
               for g in sd.get("param_groups", [])]
     return {"state": state, "param_groups": groups}
-
-
-def _fresh_state_dict(sd: dict) -> dict:
-    """A copy to load into an optimizer: loading may keep the tensors it is given (same
-    device and dtype), and the replayed step changes them in place."""
-    return {"state": {i: {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
-                          for k, v in e.items()} for i, e in sd["state"].items()},
-            "param_groups": copy.deepcopy(sd["param_groups"])}
 
 
 class _FirstNonFinite(TorchDispatchMode):
@@ -161,7 +154,8 @@ class _FirstNonFinite(TorchDispatchMode):
 def _first_non_finite(value) -> torch.Tensor | None:
     """The first tensor in ``value`` (nested lists, tuples, dicts) with a NaN or Inf."""
     if isinstance(value, torch.Tensor):
-        return value if _has_non_finite(value) else None
+        return value if (value.is_floating_point() and value.numel()
+                         and not torch.isfinite(value).all()) else None
     items = value.values() if isinstance(value, dict) else (
         value if isinstance(value, (list, tuple)) else ())
     for v in items:
@@ -172,14 +166,7 @@ def _first_non_finite(value) -> torch.Tensor | None:
 
 
 def _has_non_finite(value) -> bool:
-    if isinstance(value, torch.Tensor):
-        return bool(value.is_floating_point() and value.numel()
-                    and not torch.isfinite(value).all())
-    if isinstance(value, (list, tuple)):
-        return any(_has_non_finite(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    return False
+    return _first_non_finite(value) is not None
 
 
 def replay(keeper: StateKeeper, step: int, model: torch.nn.Module, run_step,
@@ -209,7 +196,8 @@ def replay(keeper: StateKeeper, step: int, model: torch.nn.Module, run_step,
             mine.copy_(kept.to(mine.device))
     for opt, kept_sd in optimizers:
         try:
-            opt.load_state_dict(_fresh_state_dict(kept_sd))
+            # a copy: loading may keep the tensors it is given, and the step changes them
+            opt.load_state_dict(_copy_state_dict(kept_sd, None))
         except (ValueError, KeyError, RuntimeError) as e:
             raise ConfigurationError(
                 f"replay(optimizer=...): the kept optimizer state does not load into "

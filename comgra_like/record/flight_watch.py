@@ -2,13 +2,14 @@
 training step, while watch records one step in ``log_freq`` (issue 30).
 
 What it sees on every training step (numbered as watch numbers them: a further forward
-of the open step, e.g. a micro-batch of gradient accumulation, adds rows to that step): every parameter's value (at the forward) and update (at the next
-training forward, after the optimizer step), every parameter's gradient (a
-post-accumulate-grad hook that returns nothing; on a GPU or in a distributed job it only
-notes the parameter, and all of a backward pass are reduced together when it ends, after
-DDP's averaging), and the output of every module (the
-root's included: each floating-point tensor of the output, named as watch names it,
-``"<module> output 0"``) with its gradient (a tensor hook that returns nothing). Forward
+of the open step, e.g. a micro-batch of gradient accumulation, adds rows to that step):
+every parameter's value (at the step's first forward) and update (at the next step's,
+after the optimizer step), every parameter's gradient (a post-accumulate-grad hook that
+returns nothing; on a GPU or in a distributed job it only notes the parameter, and all
+of a backward pass are reduced together when it ends, after DDP's averaging), and the
+output of every module (the root's included: each floating-point tensor of the output,
+named as watch names it, ``"<module> output 0"``; the root's ``loss`` output is the
+step's loss) with its gradient (a tensor hook that returns nothing). Forward
 passes in eval mode are not steps, and a module called while no training forward runs
 (an eval forward, a checkpoint's recomputation in the backward) is not seen.
 
