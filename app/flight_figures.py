@@ -170,9 +170,8 @@ def series_window_shapes(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
     if frame is None or len(frame) == 0:
         return []
     spans = frame.groupby("trigger", sort=False)["training_step"].agg(["min", "max"])
-    return [{"type": "rect", "xref": "x", "yref": "paper", "x0": int(lo) - 0.5,
-             "x1": int(hi) + 0.5, "y0": 0, "y1": 1, "fillcolor": WINDOW_FILL,
-             "line": {"width": 0}, "layer": "below", "name": FLIGHT_TRACE_NAME}
+    # the Flight page's shaded window, one per window
+    return [window_shapes((int(lo), int(hi)), None, None)[0]
             for lo, hi in sorted(zip(spans["min"], spans["max"]))]
 
 
