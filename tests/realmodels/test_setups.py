@@ -1,7 +1,7 @@
 """Training set-ups beyond a plain loop: gradient checkpointing in both modes (GPT-2's
 layers under torch.utils.checkpoint), bf16 autocast (BERT) and a validation loop that
 runs after every step, recorded or not (ViT). The same checks as the models: training
-bitwise the same, every module recorded, no warning."""
+bitwise the same, every module recorded, metrics on their schedule, no warning."""
 
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def test_every_module_is_recorded(runs, setup):
     checks.every_module_recorded(models.CASES[name], watched)
     checks.every_parameter_recorded(watched, holders=True)
     checks.histograms_exact(watched)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_metrics_on_schedule(runs, setup):
+    name, options = SETUPS[setup]
+    checks.metrics_on_schedule(runs(name, **options)[1])
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
