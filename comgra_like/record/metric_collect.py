@@ -117,8 +117,9 @@ def batch_norm_stats(module: torch.nn.Module, x: torch.Tensor | None, output: An
 class Sender:
     """Sends MetricData to a writer client (``WriterClient``): in the process transport
     the arrays go through one shared-memory file per message, in the segment folder and
-    with the segment prefix of the client (the writer unlinks it once read, and deletes
-    what a crash left behind by the prefix); in the thread transport they go as they are.
+    with the segment prefix of the client's slots (``WriterClient.slots``; the writer
+    unlinks the file once read, and deletes what a crash left behind by the prefix); in
+    the thread transport they go as they are.
     """
 
     def __init__(self, writer: Any):
@@ -126,8 +127,9 @@ class Sender:
         self.folder: str | None = None
         self.prefix = ""
         self.seq = 0
-        dirs = getattr(writer, "_segment_dirs", None)
-        prefix = getattr(writer, "_segment_prefix", None)
+        slots = getattr(writer, "slots", None)  # WriterClient.slots: a SlotPool
+        dirs = getattr(slots, "segment_dirs", None)
+        prefix = getattr(slots, "segment_prefix", None)
         if getattr(writer, "mode", None) == "process" and dirs and prefix:
             self.folder, self.prefix = dirs[0], f"{prefix}metrics-"
 
