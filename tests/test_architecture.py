@@ -343,18 +343,62 @@ def _private_access() -> list[str]:
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno}: "
                                      f"imports {alias.name}")
+        found.extend(f"{path.relative_to(ROOT)}:{line}: {what}"
+                     for line, what in _dynamic_private_access(tree, path, defined))
+    return found
+
+
+_DYNAMIC = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def _dynamic_private_access(tree: ast.AST, path: Path, defined: dict[str, set[Path]]
+                            ) -> list[tuple[int, str]]:
+    """``getattr(obj, "_x", ...)`` (and setattr, hasattr, delattr) with a private string
+    literal, obj not self/cls, unless this module defines ``_x`` itself. Unlike ``obj._x``
+    this is found whether or not the project defines ``_x`` anywhere: a getattr with a
+    default goes on quietly when the name it reads has moved away (the metrics' Sender
+    read a writer client's ``_segment_dirs`` after it had moved, and sent every array
+    through the pipe)."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in _DYNAMIC and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)):
+            continue
+        name, obj = node.args[1].value, node.args[0]
+        if not name.startswith("_") or name.startswith("__"):
+            continue
+        if isinstance(obj, ast.Name) and obj.id in ("self", "cls"):
+            continue
+        if path in defined.get(name, ()):
+            continue
+        found.append((node.lineno, f"{node.func.id}({ast.unparse(obj)}, {name!r})"))
     return found
 
 
 # Each entry must still be found (remove it with its fix); nothing may be added.
 KNOWN_PRIVATE_ACCESS: set[str] = set()
 
+# Private names of other libraries, read on their objects: each with why it is read.
+# Each entry must still be found; add one only for a name the project does not own.
+THIRD_PARTY_PRIVATE: dict[str, str] = {
+    "comgra_like/record/metric_collect.py: getattr(node, '_saved_result1')":
+        "torch: a BatchNorm autograd node's saved mean (grad_fn._saved_<name> is how "
+        "torch exposes saved tensors); getattr with a default, a second pass without it",
+    "comgra_like/record/metric_collect.py: getattr(node, '_saved_result2')":
+        "torch: the same node's saved 1/sqrt(var + eps)",
+    "comgra_like/record/module_io.py: hasattr(output, '_fields')":
+        "a namedtuple's public field list (namedtuple's API names start with _)",
+}
+
 
 def test_no_module_reads_another_modules_private_state():
     found = {entry.split(": ", 1)[0].rsplit(":", 1)[0] + ": " + entry.split(": ", 1)[1]
              for entry in _private_access()}
-    assert sorted(found - KNOWN_PRIVATE_ACCESS) == []
+    assert sorted(found - KNOWN_PRIVATE_ACCESS - set(THIRD_PARTY_PRIVATE)) == []
     assert sorted(KNOWN_PRIVATE_ACCESS - found) == [], "fixed: remove these from KNOWN"
+    assert sorted(set(THIRD_PARTY_PRIVATE) - found) == [], "gone: remove these"
 
 
 def test_the_private_access_check_sees_a_read(tmp_path):
@@ -366,6 +410,21 @@ def test_the_private_access_check_sees_a_read(tmp_path):
     reads = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
              and n.attr.startswith("_") and n.attr in defined]
     assert reads == ["_stage"]
+
+
+def test_the_private_access_check_sees_a_getattr():
+    """``getattr(writer, "_segment_dirs", None)`` is found although no module defines
+    ``_segment_dirs`` (any more); ``getattr(self, "_x")`` and public names are not."""
+    defined = _private_names()
+    tree = ast.parse("def f(self, writer):\n"
+                     "    a = getattr(writer, '_segment_dirs', None)\n"
+                     "    b = hasattr(writer.slots, '_stage')\n"
+                     "    setattr(writer, '_x', 1)\n"
+                     "    return getattr(self, '_y'), getattr(writer, 'slots'), a, b\n")
+    found = _dynamic_private_access(tree, ROOT / "elsewhere.py", defined)
+    assert [what for _line, what in found] == [
+        "getattr(writer, '_segment_dirs')", "hasattr(writer.slots, '_stage')",
+        "setattr(writer, '_x')"]
 
 
 MAX_MODULE_LINES = 700
