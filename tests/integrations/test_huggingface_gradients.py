@@ -2,8 +2,10 @@
 ``gradient_accumulation_steps=2``, ``bf16`` and ``max_grad_norm``: the recorded gradient
 (loss group ``optimizer``) equals the one the optimizer used (the test's own step
 pre-hook on the torch optimizer behind accelerate's wrapper), the norm before clipping
-equals the ``grad_norm`` the Trainer logs (clip_grad_norm_'s result); training is
-bitwise the same with and without the callback."""
+equals the ``grad_norm`` the Trainer logs (clip_grad_norm_'s result); the recorded update
+(``optimizer/update_*``) equals the parameters after minus before the optimizer's step
+(the test's own step pre- and post-hooks); training is bitwise the same with and without
+the callback."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from comgra_like.integrations.huggingface import ComgraCallback, torch_optimizer
 from comgra_like.query import open_group
 
 from .hf_models import train
+from .test_lightning_gradients import check_updates
 
 SETTINGS = {"gradient_accumulation_steps": 2, "max_grad_norm": 0.05, "bf16": True,
             "max_steps": 3, "eval_strategy": "no"}
@@ -25,16 +28,27 @@ class Capture(transformers.TrainerCallback):
     def __init__(self):
         self.used: list[dict[str, torch.Tensor]] = []
         self.logged: list[float] = []
+        self.params_before: list[dict[str, torch.Tensor]] = []
+        self.params_after: list[dict[str, torch.Tensor]] = []
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self.names = {id(p): n for n, p in model.named_parameters()}
         for opt in torch_optimizers(optimizer):
             opt.register_step_pre_hook(self._pre)
+            opt.register_step_post_hook(self._post)
+
+    def _params(self, optimizer) -> dict[str, torch.Tensor]:
+        return {self.names[id(p)]: p.detach().clone()
+                for g in optimizer.param_groups for p in g["params"]}
 
     def _pre(self, optimizer, args, kwargs):
         self.used.append({self.names[id(p)]: p.grad.detach().clone()
                           for g in optimizer.param_groups for p in g["params"]
                           if p.grad is not None})
+        self.params_before.append(self._params(optimizer))
+
+    def _post(self, optimizer, args, kwargs):
+        self.params_after.append(self._params(optimizer))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "grad_norm" in logs:
@@ -78,3 +92,5 @@ def test_bitwise_training_and_the_gradient_the_optimizer_used(tmp_path):
                            steps=[step])
         assert m["value"].item() == pytest.approx(after, rel=1e-5)
     assert clipped >= 2, "max_grad_norm=0.05 should have clipped most steps"
+    check_updates(g.read_optimizer_state(trial), capture.params_before,
+                  capture.params_after, capture.used)
