@@ -24,6 +24,7 @@ from comgra_like.analysis import SEVERITIES, severity_rank
 
 from .. import ids
 from .. import selection as sel
+from ..controls.shown import nothing, unchanged
 from ..parts import AppParts
 from .flight import PATH as FLIGHT_PATH
 from .flight import link as flight_link
@@ -268,8 +269,8 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         found = sort_findings([f for t in scanned for f in by_trial.get(t, ())])
         key = [[(t, data.findings_version(t)) for t in scanned], trials, severities, kinds,
                trial, len(waiting)]
-        if key == shown:
-            return (no_update,) * 6
+        if unchanged(key, shown):
+            return nothing(6)
         listed = filter_findings(found, severities, kinds, trial)
         kind_options = [{"label": k.replace("_", " "), "value": k}
                         for k in sorted({f["kind"] for f in found} | set(kinds or ()))]
