@@ -138,3 +138,27 @@ def check_updates(frame, before, after, used) -> None:
                 assert got.get(q) == pytest.approx(v, rel=1e-9, nan_ok=True), (step, name, q)
                 checked += 1
     assert checked == 3 * sum(len(u) for u in used) > 0
+
+
+class WithLBFGS(Tiny):
+    def configure_optimizers(self):
+        return torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=3)
+
+
+def test_an_optimizer_that_calls_its_closure_again_trains_the_same(tmp_path):
+    """The callback runs Lightning's closure ahead of the step (for the optimizer's step
+    hooks); LBFGS calls it several times per step: the first call gets that result,
+    the others run it again, as without the callback."""
+    settings = {"max_steps": 3, "num_sanity_val_steps": 0, "limit_val_batches": 0}
+    runs = []
+    for name, callbacks in (("plain", []), ("watched", [ComgraCallback(log_freq=1)])):
+        torch.manual_seed(0)
+        model = WithLBFGS()
+        calls = []
+        model.register_forward_pre_hook(lambda m, a, calls=calls: calls.append(1))
+        trainer(tmp_path / name, callbacks, **settings).fit(model, data(24, 1))
+        runs.append((state(model), len(calls)))
+    (plain, n_plain), (watched, n_watched) = runs
+    assert n_plain == n_watched > 3  # LBFGS evaluated the closure more than once a step
+    for k, value in plain.items():
+        assert torch.equal(value, watched[k]), k
