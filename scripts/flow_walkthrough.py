@@ -36,15 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch import nn
 
+    from comgra_like import FlowChain, serve, write_flows
     from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
-    from comgra_like.probe import serve
-    from comgra_like.record.flow import DEFAULT_MAX_ENTRIES, FlowChain, write_flows
     from comgra_like.recorder import ComgraRecorder
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--path", default="runs", help="comgra_root_path: the group goes below")
     p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES)
+    p.add_argument("--max-entries", type=int, default=None,
+                   help="a flow matrix's most entries (default: FlowChain's, 2**24)")
     p.add_argument("--timeout", type=float, default=None, help="stop serving after this")
     p.add_argument("--max-probes", type=int, default=None)
     p.add_argument("--max-rows", type=int, default=None)
@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     x, y = bars(4, rng)
     chain, _ = step(args.steps, torch.from_numpy(x), torch.from_numpy(y), force=True)
     recorder.flush()
-    write_flows(chain.flows(sample=0, max_entries=args.max_entries), group, "bars",
-                training_step=args.steps)
+    # the limit when one was given, else the default of FlowChain.flows and serve
+    limit = {} if args.max_entries is None else {"max_entries": args.max_entries}
+    write_flows(chain.flows(sample=0, **limit), group, "bars", training_step=args.steps)
     chain.release()
     print(f"flows of step {args.steps} stored; open them with: comgra --path {group}")
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve(run, group=group, trial_id="bars", timeout=args.timeout,
               max_probes=args.max_probes, max_rows=args.max_rows,
-              max_entries=args.max_entries, recorder=recorder)
+              recorder=recorder, **limit)
     except KeyboardInterrupt:
         pass
     recorder.finalize()

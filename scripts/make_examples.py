@@ -94,7 +94,7 @@ def make_watched_trial(root: Path) -> None:
     import torch
 
     import comgra_like
-    from comgra_like.record.flow import FlowChain, write_flows
+    from comgra_like import FlowChain, write_flows
 
     group_dir = root / GROUP
     trial_dir = group_dir / "trials" / WATCHED_TRIAL
