@@ -73,10 +73,9 @@ __all__ = [
 
 # The public face: every name a user needs, imported when first used (torch stays out of
 # `import comgra_like`). Internal folders (record/, format/, writer/, transport/, probe/,
-# protocol/) may move; these names and the public modules (comgra_like.recorder,
-# .objects, .errors, .query, .query.spark, .analysis, .integrations.lightning,
-# .integrations.huggingface) stay. tests/test_public_face.py checks that the README and
-# docs/ import only from them.
+# protocol/) may move; these names and the public modules (listed in
+# docs/ARCHITECTURE.md, "The public face") stay. tests/test_public_face.py checks that the
+# README and docs/ import and name only them.
 _LAZY = {
     "ComgraRecorder": ("record.recorder", "ComgraRecorder"),
     "FlightRecorder": ("record.flight", "FlightRecorder"),  # the armed ring (issue 30)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from ..format.trial import flight_triggers
 from .cache import ByteLRU, estimate_bytes
 from .flight import read_flight_statistics, statistics_with_flight
+from .optimizer import read_optimizer_state
 from .provider import DEFAULT_CACHE_BYTES, Group, open_group
 from .sql import GroupSQL, connect, shard_files, sql
 from .tensors import KEY_COLUMNS, STATISTICS_KEY_COLUMNS
@@ -61,7 +62,8 @@ __all__ = [
     "flight_triggers",
     "open_group",
     "read_flight_statistics",
+    "read_optimizer_state",
     "shard_files",
-    "statistics_with_flight",
     "sql",
+    "statistics_with_flight",
 ]
