@@ -99,6 +99,3 @@ class StatisticTable:
         a colour scale that stays the same while the steps change)."""
         rows = self._rows(recording_type, aggregation)
         return self.values[rows[~self.missing[rows]]]
-
-
-#: The rank selector's value for "all ranks merged" (a distributed recording).
