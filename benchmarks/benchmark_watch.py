@@ -221,7 +221,7 @@ def _counters(contender: str, handle: Any) -> dict[str, Any] | None:
     if contender != "watch" or handle is None:
         return None
     rec = handle.recorder
-    writer, capturer, watcher = rec.writer, rec._capturer, handle._watcher
+    writer, capturer, watcher = rec.writer, rec.capturer, handle.watcher
     return {
         "waits": writer.waits, "waited_s": writer.waited_seconds,
         "segments": writer.segments_created, "slots": len(writer.slots.slots),

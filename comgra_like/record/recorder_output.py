@@ -7,9 +7,13 @@ A mixin of ``ComgraRecorder`` (record/recorder.py): it uses the recorder's state
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ..vocabulary import FORWARD, UPDATE
 from .lifecycle import Stage
+
+if TYPE_CHECKING:
+    from .capture import Capturer
 
 log = logging.getLogger("comgra_like")
 
@@ -37,6 +41,12 @@ class WriterCalls:
         if not self.comgra_is_active or self._finalized:
             return
         self._writer.drain()
+
+    @property
+    def capturer(self) -> Capturer:
+        """The step capture (``record/capture.py``), public for tests and benchmarks: its
+        counters ``plans_made`` (captures planned afresh) and ``captures``."""
+        return self._capturer
 
     @property
     def writer(self):

@@ -79,6 +79,12 @@ class WatchHandle:
     def watching(self) -> bool:
         return not self._watcher.closed
 
+    @property
+    def watcher(self) -> Watcher:
+        """watch()'s driver (``record/hooks.py``), public for tests and benchmarks: its
+        counters ``hooks_installed``, ``graphs_hashed`` and ``steps_recorded``."""
+        return self._watcher
+
     def report(self) -> dict:
         """Which modules are hooked, which skipped and why (also in the recording)."""
         return self._watcher.report()

@@ -48,7 +48,7 @@ def test_submodules_have_hooks_only_during_recorded_forwards(tmp_path):
     model = nn.Sequential(probe, nn.ReLU(), nn.Linear(4, 2))
     handle = _watch(model, tmp_path, log_freq=3)
     _train(model, 7)
-    watcher = handle._watcher
+    watcher = handle.watcher
     handle.unwatch()
     # steps 0, 3 and 6 are recorded: hooks then, none on the four steps between
     assert probe.seen == [True, False, False, True, False, False, True]
@@ -63,7 +63,7 @@ def test_module_graph_built_and_hashed_once_for_an_unchanged_structure(tmp_path)
     model = MLP()
     handle = _watch(model, tmp_path, log_freq=1)
     _train(model, 12)
-    watcher = handle._watcher
+    watcher = handle.watcher
     assert watcher.graphs_hashed == 1
     _train(model, 2, batch=7)  # a new key (shapes), the same structure (batch dim -1)
     assert watcher.graphs_hashed == 2
@@ -79,7 +79,7 @@ def test_after_warm_up_no_new_segment_and_every_capture_plan_reused(tmp_path):
     # the writer takes in each recorded step before the next (flush), so that the slot
     # pool needs no growth however loaded the machine is
     _train(model, 6, handle=handle, flush=True)
-    writer, capturer = handle.recorder.writer, handle.recorder._capturer
+    writer, capturer = handle.recorder.writer, handle.recorder.capturer
     segments, plans, captures = writer.segments_created, capturer.plans_made, capturer.captures
     assert segments >= 1 and plans >= 3
     _train(model, 100, handle=handle, flush=True)  # 50 recorded steps
