@@ -21,7 +21,7 @@ import pandas as pd
 from comgra_like.analysis import SEVERITIES
 from comgra_like.analysis.core import where as finding_where
 from comgra_like.query.trials import CONFIG_PREFIX, table_of_rows, trial_row
-from comgra_like.vocabulary import BATCH_MEAN, FORWARD, NO_BATCH
+from comgra_like.vocabulary import BATCH_MEAN, FORWARD, NO_BATCH, STATISTIC_LABELS
 
 from . import compare_figures as cf
 from . import selection as sel
@@ -216,24 +216,96 @@ def divergence(data: Any, trial_a: str, trial_b: str, tolerance: float = 1e-5
     return data.cached(key, compute)
 
 
-def difference_graph(data: Any, trial_a: str, trial_b: str, where: dict[str, Any]
+def common_steps(data: Any, trial_a: str, trial_b: str) -> list[int]:
+    """The training steps both trials recorded, ascending."""
+    both = np.intersect1d(data.steps(trial_a).steps, data.steps(trial_b).steps)
+    return [int(s) for s in both]
+
+
+def difference_defaults(found: dict[str, Any] | None, steps: Sequence[int]
+                        ) -> tuple[int | None, str, str]:
+    """(step, statistic, recording type) the difference is painted with at first: the
+    first divergence's place (``found``: :func:`divergence`; its statistic when the graph
+    can be painted with it, else the mean), else the last step both trials recorded,
+    the mean of the forward values."""
+    where = (found or {}).get("where_a")
+    if where and where.get("training_step") is not None:
+        return (int(where["training_step"]), where.get("statistic") or "mean",
+                where.get("recording_type") or FORWARD)
+    return (int(steps[-1]) if len(steps) else None), "mean", FORWARD
+
+
+def recording_types(data: Any, trial: str, statistic: str) -> list[str]:
+    """The recording types of ``statistic`` that ``trial`` holds (forward first)."""
+    table = data.statistic_table(trial, statistic)
+    if table is None:
+        return []
+    return sorted(table.recording_types(), key=sel.recording_type_sort_key)
+
+
+def difference_label(statistic: str, recording_type: str) -> str:
+    return (f"relative difference of {STATISTIC_LABELS.get(statistic, statistic)} · "
+            f"{sel.option_label('recording_type', recording_type)}")
+
+
+def difference_graph(data: Any, trial_a: str, trial_b: str, step: int,
+                     statistic: str = "mean", recording_type: str = FORWARD
                      ) -> tuple[Any, Any] | None:
-    """Trial A's graph at the step ``where`` names (a divergence's place) and its Paint:
-    each node by the relative difference between A and B of ``where``'s statistic (mean
-    when it names none) and recording type, batch mean (tensors without a batch
-    dimension: their own). None: no graph or no statistics at that step."""
-    step = where.get("training_step")
+    """Trial A's graph at ``step`` (its last iteration) and its Paint: each node by the
+    relative difference ``|a - b| / max(|a|, |b|)`` between A and B of ``statistic`` of
+    ``recording_type``, batch mean (tensors without a batch dimension: their own), on
+    :func:`difference_scale` (every step both recorded). None: A has no graph at that
+    step, or either trial no statistics there."""
     info = data.steps(trial_a).get(step) if step is not None else None
     if info is None or not info.graph_hashes:
         return None
     iteration = max(info.graph_hashes)
     model = graph_model(data, trial_a, step, iteration)
-    statistic = where.get("statistic") or "mean"
-    recording_type = where.get("recording_type") or FORWARD
     values = [data.node_values(t, step, iteration, statistic, recording_type, BATCH_MEAN)
               for t in (trial_a, trial_b)]
     if model is None or values[0] is None or values[1] is None:
         return None
-    label = (f"relative difference of {statistic} · "
-             f"{sel.option_label('recording_type', recording_type)}")
-    return model, cf.difference_paint(values[0], values[1], label, step)
+    scale = difference_scale(data, trial_a, trial_b, statistic, recording_type)
+    return model, cf.difference_paint(values[0], values[1],
+                                      difference_label(statistic, recording_type), step,
+                                      scale)
+
+
+def difference_scale(data: Any, trial_a: str, trial_b: str, statistic: str,
+                     recording_type: str) -> Any:
+    """The colour scale of the relative differences of ``statistic`` of
+    ``recording_type`` (batch mean) between the two trials over every tensor row of
+    every step both recorded (``cf.difference_scale``'s rules), so that a colour means
+    the same difference at every step; None: no row in common."""
+    key = ("compare-difference-scale", versions(data, [trial_a, trial_b]), statistic,
+           recording_type)
+
+    def compute() -> Any:
+        rows = [_rows_of(data.statistic_table(t, statistic), recording_type)
+                for t in (trial_a, trial_b)]
+        if rows[0] is None or rows[1] is None:
+            return False
+        both = rows[0].merge(rows[1], on=["step", "iteration", "node", "role"],
+                             suffixes=("_a", "_b"))
+        return cf.difference_scale(cf.relative_differences(both["value_a"], both["value_b"])
+                                   ) or False
+
+    return data.cached(key, compute) or None
+
+
+def _rows_of(table: Any, recording_type: str) -> pd.DataFrame | None:
+    """A statistic table's recorded values of ``recording_type``, batch mean or without
+    a batch dimension, with their step, iteration, node and role."""
+    if table is None or recording_type not in table.names["recording_type"]:
+        return None
+    aggregations = table.names["aggregation"]
+    wanted = [aggregations.index(a) for a in (BATCH_MEAN, NO_BATCH) if a in aggregations]
+    chosen = ((table.codes["recording_type"]
+               == table.names["recording_type"].index(recording_type))
+              & np.isin(table.codes["aggregation"], wanted) & ~table.missing)
+    nodes = np.asarray(table.names["node"], dtype=object)
+    roles = np.asarray(table.names["role"], dtype=object)
+    return pd.DataFrame({"step": table.steps[chosen], "iteration": table.iterations[chosen],
+                         "node": nodes[table.codes["node"][chosen]],
+                         "role": roles[table.codes["role"][chosen]],
+                         "value": table.values[chosen]})

@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 
 from comgra_like.query.trials import CONFIG_PREFIX, FINDINGS_PREFIX, KPI_PREFIX
 
-from .graph_figure import NodeValue, Paint, color_scale
+from .graph_figure import ColorScale, NodeValue, Paint, color_scale
 
 Series = tuple[np.ndarray, np.ndarray]
 
@@ -293,14 +293,51 @@ def relative_difference(a: float | None, b: float | None) -> float | None:
     return 0.0 if size == 0 else abs(a - b) / size
 
 
+def relative_differences(a: Any, b: Any) -> np.ndarray:
+    """:func:`relative_difference` of two arrays of recorded values, element by element
+    (0 where both are NaN or the same inf, inf where only one is not finite)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        size = np.maximum(np.abs(a), np.abs(b))
+        out = np.where(size == 0, 0.0, np.abs(a - b) / size)
+    finite = np.isfinite(a) & np.isfinite(b)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return np.where(finite, out, np.where(same, 0.0, np.inf))
+
+
+def difference_scale(differences: Any) -> ColorScale | None:
+    """The colour scale of relative differences: the painted graph's rules
+    (:func:`~app.graph_figure.color_scale`: a log scale when the positive differences
+    span a factor of 100 or more, zeros then at the lowest colour; NaN and inf left out),
+    except that differences that are all 0 (trials that agree) get the scale 0 to 1, so
+    that 0 is the lowest colour rather than the middle of a scale padded around it."""
+    values = np.asarray(differences, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    if finite.size and not finite.any():
+        return ColorScale(0.0, 1.0)
+    return color_scale(values)
+
+
 def difference_paint(values_a: Mapping[str, tuple], values_b: Mapping[str, tuple],
-                     label: str, step: int) -> Paint:
+                     label: str, step: int, scale: ColorScale | None = None) -> Paint:
     """A :class:`~app.graph_figure.Paint` of the nodes of trial A's graph by the relative
     difference of a statistic between A and B (``values_*``: ``AppData.node_values``,
-    node -> (value, role, holds NaN/Inf)); a node B lacks has no data."""
+    node -> (value, role, holds NaN/Inf)); a node B lacks has no data. ``scale``: the
+    colour scale (the page's spans every step both trials recorded, so that a colour
+    means the same difference at every step); None: :func:`difference_scale` of this
+    step's differences."""
     painted: dict[str, NodeValue] = {}
     for name, (va, role, bad_a) in values_a.items():
         vb, _, bad_b = values_b.get(name, (None, None, False))
         painted[name] = NodeValue(relative_difference(va, vb), role, bool(bad_a or bad_b))
-    scale = color_scale([v.value for v in painted.values()])
+    if scale is None:
+        scale = difference_scale([np.nan if v.value is None else v.value
+                                  for v in painted.values()])
     return Paint(label=label, values=painted, scale=scale, step=step)
+
+
+def compared_nodes(paint: Paint) -> tuple[int, int]:
+    """(nodes with a difference, nodes that differ: above 0) of a difference paint."""
+    values = [v.value for v in paint.values.values() if v.value is not None]
+    return len(values), sum(1 for v in values if v != 0)

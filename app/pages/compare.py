@@ -7,7 +7,9 @@ statistic of a tensor, a per-module metric) over the training steps, one line pe
 or, grouped by a config key, each group's mean with a band (std or min–max), smoothed by
 an exponential moving average; for the first two ticked trials the first divergence
 (``analysis.first_divergence``) with links that open the Tensors page at the named
-tensor of either trial, and a link to the Modules page with the second trial beside the
+tensor of either trial, the first trial's graph painted by the relative difference of the
+two at a step both recorded (a statistic and recording type chosen beside it; at first
+the divergence's), and a link to the Modules page with the second trial beside the
 first (``/modules?compare=<trial>``; the Tensors page shows one trial at a time).
 
 Reads go through ``app/compare_data.py``; figures and table rows are built by
@@ -22,6 +24,8 @@ from urllib.parse import parse_qs, quote, urlencode
 
 import dash
 from dash import Input, Output, State, dash_table, dcc, html, no_update
+
+from comgra_like.vocabulary import FORWARD, STATISTIC_LABELS
 
 from .. import compare_data as data_of
 from .. import compare_figures as cf
@@ -53,6 +57,12 @@ LOG_Y = "compare-log-y"
 OVERLAY = "compare-overlay"
 DIVERGENCE = "compare-divergence"
 DIFF_GRAPH = "compare-difference-graph"
+DIFF_PANEL = "compare-difference"  # the controls, the title and the painted graph
+DIFF_STEP = "compare-difference-step"
+DIFF_STATISTIC = "compare-difference-statistic"
+DIFF_TYPE = "compare-difference-type"
+DIFF_TITLE = "compare-difference-title"
+DIFF_DEFAULTS = "compare-difference-defaults"  # dcc.Store: the pair and defaults last set
 PLACES = "compare-places"  # dcc.Store: where the divergence is, in trial A and B
 OPEN_A, OPEN_B = "compare-open-a", "compare-open-b"
 OPEN_MODULES = "compare-open-modules"
@@ -103,14 +113,30 @@ def layout() -> html.Div:
                     n_clicks=0, disabled=True, className="btn btn-sm btn-outline-primary me-2"),
         html.Span(id=LINK_NOTE, className="text-muted small"),
     ], className="d-flex align-items-center mb-1")
+    difference = html.Div([
+        html.Div([
+            _label("Paint the difference at step", True),
+            dcc.Dropdown(id=DIFF_STEP, options=[], value=None, clearable=False,
+                         className="sel-dropdown", style={"minWidth": "7rem"}),
+            _label("of"),
+            dcc.Dropdown(id=DIFF_STATISTIC, options=[
+                {"label": STATISTIC_LABELS.get(s, s), "value": s}
+                for s in sel.SERIES_STATISTICS], value="mean", clearable=False,
+                className="sel-dropdown", style={"minWidth": "8rem"}),
+            dcc.Dropdown(id=DIFF_TYPE, options=[], value=FORWARD, clearable=False,
+                         className="sel-dropdown ms-2", style={"minWidth": "9rem"}),
+        ], className="d-flex align-items-center flex-wrap mt-2 difference-controls"),
+        html.Div(id=DIFF_TITLE, className="text-muted mt-1 difference-title"),
+        dcc.Graph(id=DIFF_GRAPH, figure=cf.empty_figure("", height=60),
+                  config={"displaylogo": False, "scrollZoom": True}, style={"display": "none"}),
+    ], id=DIFF_PANEL, style={"display": "none"})
     divergence = html.Div([
         html.Div(id=DIVERGENCE, className="small compare-divergence mb-1"),
         html.Button("open in Tensors: first trial", id=OPEN_A, n_clicks=0, disabled=True,
                     className="btn btn-sm btn-outline-secondary me-2"),
         html.Button("open in Tensors: second trial", id=OPEN_B, n_clicks=0, disabled=True,
                     className="btn btn-sm btn-outline-secondary"),
-        dcc.Graph(id=DIFF_GRAPH, figure=cf.empty_figure("", height=60),
-                  config={"displaylogo": False, "scrollZoom": True}, style={"display": "none"}),
+        difference,
     ], className="border rounded p-2 mb-2")
     return html.Div([
         html.Div([
@@ -138,6 +164,7 @@ def layout() -> html.Div:
         links,
         dcc.Loading(divergence, delay_show=400),
         dcc.Store(id=PLACES, storage_type="memory"),
+        dcc.Store(id=DIFF_DEFAULTS, storage_type="memory"),
     ], className="page-padded")
 
 
@@ -198,10 +225,25 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     @app.callback(
         Output(DIVERGENCE, "children"), Output(PLACES, "data"), Output(OPEN_A, "disabled"),
         Output(OPEN_B, "disabled"), Output(OPEN_MODULES, "disabled"), Output(LINK_NOTE, "children"),
-        Output(DIFF_GRAPH, "figure"), Output(DIFF_GRAPH, "style"),
-        Input(TABLE, "selected_row_ids"), Input(ids.DATA_STATUS, "data"))
-    def first_divergence(trials: list | None, _status: Any) -> tuple:
-        return divergence_view(data, parts.timings, trials)
+        Output(DIFF_PANEL, "style"), Output(DIFF_STEP, "options"), Output(DIFF_STEP, "value"),
+        Output(DIFF_STATISTIC, "value"), Output(DIFF_TYPE, "value"), Output(DIFF_DEFAULTS, "data"),
+        Input(TABLE, "selected_row_ids"), Input(ids.DATA_STATUS, "data"),
+        State(DIFF_STEP, "options"), State(DIFF_DEFAULTS, "data"))
+    def first_divergence(trials: list | None, _status: Any, listed: list | None,
+                         defaults: list | None) -> tuple:
+        return divergence_view(data, parts.timings, trials, listed, defaults)
+
+    @app.callback(
+        Output(DIFF_GRAPH, "figure"), Output(DIFF_GRAPH, "style"), Output(DIFF_TITLE, "children"),
+        Output(DIFF_TYPE, "options"),
+        Input(TABLE, "selected_row_ids"), Input(DIFF_STEP, "value"),
+        Input(DIFF_STATISTIC, "value"), Input(DIFF_TYPE, "value"), Input(ids.DATA_STATUS, "data"),
+        State(DIFF_TYPE, "options"))
+    def paint_difference(trials: list | None, step: int | None, statistic: str | None,
+                         recording_type: str | None, _status: Any, listed: list | None) -> tuple:
+        figure, style, title, options = difference_view(data, parts.timings, trials, step,
+                                                        statistic, recording_type)
+        return figure, style, title, if_changed(options, listed)
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),
@@ -269,14 +311,19 @@ def overlay_figure(data: AppData, series: dict, quantity: list, statistic: str, 
                              group_key=None if groups is None else group_by)
 
 
-def divergence_view(data: AppData, timings: Any, trials: list | None) -> tuple:
+def divergence_view(data: AppData, timings: Any, trials: list | None,
+                    listed_steps: list | None = None, defaults: list | None = None) -> tuple:
     """Where the first two ticked trials first differ: the text, the places the buttons
-    open, the buttons' states, the note, and their difference painted on the graph."""
+    open, the buttons' states, the note; the difference panel's style, its steps (those
+    both trials recorded) and, when the pair or its first divergence is new, the step,
+    statistic and recording type to paint (the divergence's, else the last step's mean
+    of the forward values; otherwise what the user chose stays) and the defaults set."""
     trials = [t for t in trials or [] if t in set(data.trial_ids())]
     hidden = {"display": "none"}
     if len(trials) < 2:
         text = "Tick two trials to see where they first differ."
-        return text, None, True, True, True, "", no_update, hidden
+        return (text, None, True, True, True, "", hidden, no_update, no_update, no_update,
+                no_update, no_update)
     a, b = trials[:2]
     started = time.perf_counter()
     found = data_of.divergence(data, a, b)
@@ -285,17 +332,54 @@ def divergence_view(data: AppData, timings: Any, trials: list | None) -> tuple:
     note = (f"first trial {a!r}, second {b!r}; the Tensors page shows one trial at "
             "a time")
     header = html.B(f"First divergence of {a} and {b}: ")
-    painted = (data_of.difference_graph(data, a, b, places[0]) if places[0] else None)
-    figure, style, below = no_update, hidden, []
-    if painted is not None:
-        figure = build_graph_figure(painted[0], paint=painted[1], width_px=1200,
-                                    height_px=360)
-        style = {"height": "380px"}
-        below = [html.Div(f"Below: {a}'s graph at step {painted[1].step}, painted by the "
-                          f"{painted[1].label} between the two trials.",
-                          className="text-muted mt-1 difference-title")]
-    return ([header, html.Span(found["text"], className="divergence-text"), *below], places,
-            places[0] is None, places[1] is None, False, note, figure, style)
+    steps = data_of.common_steps(data, a, b)
+    options = [{"label": str(s), "value": s} for s in steps]
+    step, statistic, recording_type = data_of.difference_defaults(found, steps)
+    # the pair and its divergence (not the last step: a running pair's grows)
+    marker = [a, b, [step, statistic, recording_type] if places[0] else None]
+    values: tuple = (no_update,) * 4
+    if marker != defaults:  # another pair, or its divergence moved: its defaults
+        values = (step, statistic, recording_type, marker)
+    return ([header, html.Span(found["text"], className="divergence-text")], places,
+            places[0] is None, places[1] is None, False, note, {} if steps else hidden,
+            if_changed(options, listed_steps), *values)
+
+
+def difference_view(data: AppData, timings: Any, trials: list | None, step: int | None,
+                    statistic: str | None, recording_type: str | None) -> tuple:
+    """The first ticked trial's graph at ``step`` painted by the relative difference of
+    ``statistic`` of ``recording_type`` between the first two ticked trials: (figure,
+    its style, the title above it, the recording types the first trial has)."""
+    trials = [t for t in trials or [] if t in set(data.trial_ids())]
+    hidden = {"display": "none"}
+    if len(trials) < 2 or step is None:
+        return no_update, hidden, "", []
+    a, b = trials[:2]
+    statistic = statistic or "mean"
+    recording_type = recording_type or FORWARD
+    types = data_of.recording_types(data, a, statistic)
+    options = [{"label": sel.option_label("recording_type", t), "value": t} for t in types]
+    started = time.perf_counter()
+    painted = data_of.difference_graph(data, a, b, int(step), statistic, recording_type)
+    timings.record("compare.difference", time.perf_counter() - started)
+    quantity = (f"{STATISTIC_LABELS.get(statistic, statistic)} · "
+                f"{sel.option_label('recording_type', recording_type)}")
+    if painted is None:
+        why = f"Nothing to paint: no graph, or no {quantity} in one of the trials at step {step}."
+        return no_update, hidden, why, options
+    model, paint = painted
+    figure = build_graph_figure(model, paint=paint, width_px=1200, height_px=360)
+    compared, differing = cf.compared_nodes(paint)
+    what = data_of.difference_label(statistic, recording_type)
+    if not compared:
+        verdict = f"no node has a value of {quantity} in both trials at this step"
+    elif differing:
+        verdict = f"{differing} of {compared} nodes differ"
+    else:
+        verdict = f"the two trials are equal here: all {compared} nodes differ by 0"
+    title = (f"{a}'s graph at step {step}, painted by the {what} between the two trials "
+             f"({verdict}).")
+    return figure, {"height": "380px"}, title, options
 
 
 PAGE = Page(PATH, NAME, layout, register_callbacks)

@@ -12,10 +12,14 @@ import torch
 from comgra_like.app import compare_data as cd
 from comgra_like.app import compare_figures as cf
 from comgra_like.app.data import AppData
+from comgra_like.app.pages import compare
+from comgra_like.app.timings import Timings
+from dash import no_update
 from torch import nn
 
 from comgra_like.objects import DecisionMakerForRecordingsHardcoded
 from comgra_like.recorder import ComgraRecorder
+from comgra_like.vocabulary import BATCH_MEAN, NO_BATCH
 
 #: (trial, lr, seed, recorded steps)
 TRIALS = (("lr0.05-s0", 0.05, 0, range(0, 8, 2)), ("lr0.05-s1", 0.05, 1, range(0, 8, 2)),
@@ -144,15 +148,102 @@ def test_first_divergence_names_the_step_and_where_to_open_it(sweep):
     assert found["where_b"]["trial"] == "lr0.2-s0"
     assert found["where_a"]["recording_type"] == "update"
     assert found["where_a"]["node"] == found["where_b"]["node"]
-    # the graph painted by the relative difference of the two trials at that step: the
-    # updates of the parameters differ (another lr), the painted scale spans them
-    model, paint = cd.difference_graph(data, "lr0.05-s0", "lr0.2-s0", found["where_a"])
+    # the graph painted by the relative difference of the two trials: at first at the
+    # divergence's step and recording type; the updates differ (another lr)
+    steps = cd.common_steps(data, "lr0.05-s0", "lr0.2-s0")
+    assert steps == [0, 2, 4, 6]
+    step, statistic, recording_type = cd.difference_defaults(found, steps)
+    assert (step, recording_type) == (0, "update")
+    model, paint = cd.difference_graph(data, "lr0.05-s0", "lr0.2-s0", step, statistic,
+                                       recording_type)
     assert paint.step == 0 and "update" in paint.label
     differences = {n: v.value for n, v in paint.values.items() if v.value is not None}
     assert differences and all(d > 0 for d in differences.values())
     assert set(differences) <= set(model.nodes)
     same = cd.divergence(data, "lr0.05-s0", "lr0.05-s0")
     assert same["where_a"] is None and "Not compared" in same["text"]
+
+
+def statistic_at(data, trial, step, node, recording_type, statistic):
+    frame = data.group.read_statistics(trial, nodes=node, recording_types=recording_type,
+                                       aggregations=[BATCH_MEAN, NO_BATCH],
+                                       statistics=statistic)
+    frame = frame[frame["training_step"] == step]
+    assert len(frame) == 1, frame
+    return float(frame[statistic].iloc[0])
+
+
+def test_the_difference_is_painted_at_any_step_both_recorded_with_any_statistic(sweep):
+    data, _ = sweep
+    a, b = "lr0.05-s0", "lr0.2-s0"
+    # step 0's forward pass: same seed and data, the lr has not acted yet: equal
+    _, paint = cd.difference_graph(data, a, b, 0, "mean", "forward")
+    assert cf.compared_nodes(paint)[0] > 0 and cf.compared_nodes(paint)[1] == 0
+    # step 4's forward pass: two updates of another lr apart; each node's value is
+    # |a - b| / max(|a|, |b|) of the two trials' recorded statistic
+    _, paint = cd.difference_graph(data, a, b, 4, "abs_max", "forward")
+    assert paint.step == 4 and paint.label == cd.difference_label("abs_max", "forward")
+    out = paint.values["out"].value
+    va, vb = (statistic_at(data, t, 4, "out", "forward", "abs_max") for t in (a, b))
+    assert out == pytest.approx(abs(va - vb) / max(abs(va), abs(vb))) and out > 0
+    assert paint.values["x"].value == 0  # the same data in both trials
+    # one scale over every step both recorded: it reaches the largest difference of
+    # any step, not only this one's
+    later = cd.difference_graph(data, a, b, 6, "abs_max", "forward")[1]
+    assert later.scale == paint.scale
+    largest = max(v.value for p in (paint, later) for v in p.values.values()
+                  if v.value is not None)
+    assert paint.scale.high >= largest
+    # the view: figure, title and the recording types of the first trial
+    figure, style, title, options = compare.difference_view(
+        data, Timings(), [a, b], 4, "abs_max", "forward")
+    assert style != {"display": "none"} and figure.data
+    assert "graph at step 4, painted by the relative difference of max |x| · forward" in title
+    assert "nodes differ" in title
+    assert options[0]["value"] == "forward" and "update" in [o["value"] for o in options]
+    # a step only one trial recorded has nothing to paint
+    assert cd.difference_graph(data, a, "lr0.2-s1", 2, "mean", "forward") is None
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """Two runs of one seed, lr and data (bitwise equal recordings) and a third trial."""
+    root = tmp_path_factory.mktemp("twins")
+    for name in ("twin_a", "twin_b"):
+        train(root, name, 0.1, 0, range(0, 8, 2))
+    train(root, "other", 0.3, 0, range(0, 8, 2))
+    data = AppData(root / "g", refresh_seconds=0)
+    data.refresh(force=True)
+    return data
+
+
+def test_identical_trials_are_painted_all_zero_and_said_to_be_equal(twins):
+    data = twins
+    found = cd.divergence(data, "twin_a", "twin_b")
+    assert found["where_a"] is None and "agree on every step" in found["text"]
+    # the view: no divergence, the panel shows the last common step's forward means
+    out = compare.divergence_view(data, Timings(), ["twin_a", "twin_b"], None, None)
+    _, places, _, _, _, _, style, options, step, statistic, recording_type, defaults = out
+    assert places == [None, None] and style == {}
+    assert [o["value"] for o in options] == [0, 2, 4, 6]
+    assert (step, statistic, recording_type) == (6, "mean", "forward")
+    # asked again (a refresh), the user's choice stays
+    again = compare.divergence_view(data, Timings(), ["twin_a", "twin_b"], options, defaults)
+    assert again[7:] == (no_update,) * 5
+    for step, statistic, recording_type in ((6, "mean", "forward"), (2, "std", "update"),
+                                            (0, "norm", "gradient:loss")):
+        _, paint = cd.difference_graph(data, "twin_a", "twin_b", step, statistic,
+                                       recording_type)
+        values = [v.value for v in paint.values.values() if v.value is not None]
+        assert values and all(v == 0 for v in values)
+        # zero is the lowest colour of the scale, not the middle of a padded one
+        assert paint.scale.low == 0 and paint.scale.position(0.0) == 0
+        _, _, title, _ = compare.difference_view(data, Timings(), ["twin_a", "twin_b"], step,
+                                                 statistic, recording_type)
+        assert "the two trials are equal here" in title
+    # another pair of the group diverges: its defaults replace the twins'
+    out = compare.divergence_view(data, Timings(), ["twin_a", "other"], options, defaults)
+    assert out[8:11] == (0, out[8 + 1], "update") and out[11] != defaults
 
 
 def test_a_trial_recorded_later_joins_the_table_and_the_other_rows_stay(sweep):

@@ -138,3 +138,25 @@ def test_the_graph_is_painted_by_the_relative_difference_of_two_trials():
     assert values["out"] == pytest.approx(0.3 / 3.3)
     assert paint.values["out"].non_finite and paint.step == 3
     assert paint.scale is not None and paint.scale.high == 0.5
+
+
+def test_relative_differences_of_arrays_match_the_scalar_rule():
+    a = np.array([2.0, -1.0, 0.0, np.nan, np.nan, np.inf, 3.0])
+    b = np.array([1.0, 1.0, 0.0, 1.0, np.nan, np.inf, 3.0])
+    expected = [cf.relative_difference(x, y) for x, y in zip(a, b)]
+    assert cf.relative_differences(a, b).tolist() == expected
+
+
+def test_the_difference_scale_keeps_the_painted_graphs_rules_and_starts_equal_at_zero():
+    # differences that all are 0 (equal trials): 0 is the lowest colour
+    scale = cf.difference_scale([0.0, 0.0, np.nan])
+    assert (scale.low, scale.high, scale.log) == (0.0, 1.0, False)
+    assert scale.position(0.0) == 0
+    # else color_scale's: a log scale for a span of 100 or more, NaN and inf left out
+    assert cf.difference_scale([0.0, 1e-6, 0.5, np.inf]).log
+    assert cf.difference_scale([0.1, 0.5]) == cf.color_scale([0.1, 0.5])
+    assert cf.difference_scale([np.nan]) is None
+    # a paint given a scale keeps it (the page's spans every step both recorded)
+    a = {"x": (1.0, "x", False)}
+    paint = cf.difference_paint(a, {"x": (1.0, "x", False)}, "d", 0, scale=scale)
+    assert paint.scale is scale and cf.compared_nodes(paint) == (1, 0)

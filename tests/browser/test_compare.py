@@ -1,7 +1,8 @@
 """The Compare page in Chromium (issue 31): the trials table with config columns, ticked
 trials drawn as one line each, grouped by lr as one mean and band per group, the first
-divergence of two trials with a link that opens the Tensors page at the named tensor,
-and a link that opens the Modules page with the second trial beside the first.
+divergence of two trials, the graph painted by their difference at another step and
+statistic, a link that opens the Tensors page at the named tensor, and a link that opens
+the Modules page with the second trial beside the first.
 
 Data: four tiny loops recorded with the real recorder and ``config=`` (two lr values
 and two seeds, tests/app/test_compare_data.py)."""
@@ -50,6 +51,33 @@ def tick(dash_duo, trial: str) -> None:
     wait_until(attempt, what=f"the row of {trial}")
 
 
+def choose(dash_duo, selector: str, text: str) -> None:
+    """Pick the option ``text`` of a dropdown (clicked in the menu, however long it is)."""
+    dash_duo.find_element(selector).click()
+
+    def option():
+        return next((o for o in dash_duo.find_elements(".dash-dropdown-option")
+                     if o.text == text), None)
+
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'nearest'});"
+                                   "arguments[0].click();",
+                                   wait_until(option, what=f"the option {text}"))
+
+
+def title_with(dash_duo, text: str) -> str | None:
+    """The painted graph's title when it holds ``text``."""
+    title = dash_duo.find_element(f"#{compare.DIFF_TITLE}").text
+    return title if text in title else None
+
+
+def node_colours(dash_duo) -> list:
+    """The fill colours of the painted graph's node markers, trace by trace."""
+    return dash_duo.driver.execute_script(
+        f"const g = document.querySelector('#{compare.DIFF_GRAPH} .js-plotly-plot');"
+        "return g && g.data ? g.data.filter((t) => t.marker && Array.isArray(t.marker.color))"
+        ".map((t) => t.marker.color) : [];")
+
+
 def selection(dash_duo) -> dict:
     raw = dash_duo.driver.execute_script(
         f"return window.sessionStorage.getItem('{ids.SELECTION}');")
@@ -73,12 +101,25 @@ def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
                       if "first differ" in dash_duo.find_element(f"#{compare.DIVERGENCE}").text
                       else None, timeout=30, what="the first divergence")
     assert "lr0.05-s0" in text and "first differ at step 0" in text
-    painted = wait_until(lambda: dash_duo.driver.execute_script(
-        f"const g = document.querySelector('#{compare.DIFF_GRAPH} .js-plotly-plot');"
-        "return g && g.data ? g.data.length : 0;"), what="the graph painted by the difference")
-    assert painted > 0
-    caption = dash_duo.find_element(f"#{compare.DIVERGENCE} .difference-title").text
-    assert "graph at step 0, painted by the relative difference of" in caption
+    # the graph painted by the difference: at first at the divergence (step 0, updates)
+    caption = wait_until(lambda: title_with(dash_duo, "graph at step 0"),
+                         what="the graph painted by the difference")
+    assert "· update between" in caption and "nodes differ" in caption
+    before = wait_until(lambda: node_colours(dash_duo), what="painted nodes")
+    # another statistic and the forward values: step 0's are equal (the lr acts later)
+    choose(dash_duo, f"#{compare.DIFF_STATISTIC}", "max |x|")
+    wait_until(lambda: title_with(dash_duo, "max |x| · update"), what="max |x| painted")
+    choose(dash_duo, f"#{compare.DIFF_TYPE}", "forward")
+    equal = wait_until(lambda: title_with(dash_duo, "the two trials are equal here"),
+                       what="equal forward values at step 0")
+    assert "max |x| · forward" in equal
+    zero = wait_until(lambda: node_colours(dash_duo) != before and node_colours(dash_duo),
+                      what="the colours of no difference")
+    # another step: two updates of another lr later the forward values differ
+    choose(dash_duo, f"#{compare.DIFF_STEP}", "4")
+    later = wait_until(lambda: title_with(dash_duo, "graph at step 4"), what="step 4 painted")
+    assert "max |x| · forward" in later and "nodes differ" in later
+    wait_until(lambda: node_colours(dash_duo) not in (zero, []), what="step 4's colours")
 
     # grouped by lr: a mean and a band per group
     tick(dash_duo, "lr0.05-s1")
