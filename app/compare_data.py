@@ -20,7 +20,7 @@ import pandas as pd
 
 from comgra_like.analysis import SEVERITIES
 from comgra_like.analysis.core import where as finding_where
-from comgra_like.query.trials import CONFIG_PREFIX, table_of_rows, trial_row
+from comgra_like.query.trials import CONFIG_PREFIX, FINDINGS_PREFIX, table_of_rows, trial_row
 from comgra_like.vocabulary import BATCH_MEAN, FORWARD, NO_BATCH, STATISTIC_LABELS
 
 from . import compare_figures as cf
@@ -37,33 +37,54 @@ def versions(data: Any, trials: Sequence[str]) -> tuple:
     return tuple((t, data.trial_version(t)) for t in trials)
 
 
-def trials_frame(data: Any, with_findings: bool = False) -> pd.DataFrame:
-    """``Group.read_trials`` of the whole group (with the findings by severity from
-    ``AppData.findings``, which scans each trial once per data version).
+def trials_frame(data: Any) -> pd.DataFrame:
+    """``Group.read_trials`` of the whole group, without findings (:func:`with_findings`
+    adds them).
 
     Built row by row, each row cached per trial and data version: while a sweep runs, a
     refresh that finds new data in one trial reads that trial's row again, not 200."""
     if data.group is None:
         return pd.DataFrame(columns=["trial_id"])
     infos = data.group.list_trials()
-    key = ("compare-trials", versions(data, [i.trial_id for i in infos]), with_findings)
-    return data.cached(key, lambda: _table(data, infos, with_findings))
+    key = ("compare-trials", versions(data, [i.trial_id for i in infos]))
+    return data.cached(key, lambda: _table(data, infos))
 
 
-def _table(data: Any, infos: Sequence[Any], with_findings: bool) -> pd.DataFrame:
-    def counts(trial: str) -> dict[str, int]:
-        out = dict.fromkeys(SEVERITIES, 0)
-        for f in data.findings(trial):
-            out[f["severity"]] = out.get(f["severity"], 0) + 1
-        return out
-
+def _table(data: Any, infos: Sequence[Any]) -> pd.DataFrame:
     # rows as dicts, one DataFrame at the end (a one-row frame per trial and their concat
     # took seconds for 2,000 trials)
-    rows = [data.cached(("compare-row", i.trial_id, data.trial_version(i.trial_id),
-                         with_findings),
-                        lambda i=i: trial_row(data.group, i, counts if with_findings else None))
+    rows = [data.cached(("compare-row", i.trial_id, data.trial_version(i.trial_id)),
+                        lambda i=i: trial_row(data.group, i))
             for i in infos]
-    return table_of_rows(rows, with_findings)
+    return table_of_rows(rows, False)
+
+
+def findings_counts(data: Any, trials: Sequence[str], wait: float
+                    ) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """(the findings of the trials scanned so far counted by severity, by trial; the
+    trials still waiting to be scanned). The scan runs in the background thread the
+    Findings page uses (``AppData.gather_findings``: each trial once per data version),
+    waited for at most ``wait`` seconds; ask again for the rest."""
+    found, waiting = data.gather_findings(list(trials), wait)
+    counts = {}
+    for trial, findings in found.items():
+        out = dict.fromkeys(SEVERITIES, 0)
+        for f in findings:
+            out[f["severity"]] = out.get(f["severity"], 0) + 1
+        counts[trial] = out
+    return counts, waiting
+
+
+def with_findings(frame: pd.DataFrame, counts: dict[str, dict[str, int]]) -> pd.DataFrame:
+    """The table with the columns ``findings.error/warning/info``: the counts of the
+    trials in ``counts``, empty (NA) for the trials not counted yet."""
+    out = frame.copy()
+    trials = out["trial_id"].tolist()
+    for severity in ("error", "warning", "info"):
+        out[FINDINGS_PREFIX + severity] = pd.array(
+            [counts[t].get(severity, 0) if t in counts else None for t in trials],
+            dtype="Int64")
+    return out
 
 
 def config_keys(frame: pd.DataFrame) -> list[str]:

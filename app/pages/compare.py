@@ -67,7 +67,13 @@ PLACES = "compare-places"  # dcc.Store: where the divergence is, in trial A and 
 OPEN_A, OPEN_B = "compare-open-a", "compare-open-b"
 OPEN_MODULES = "compare-open-modules"
 LINK_NOTE = "compare-link-note"
+COUNTING = "compare-counting-tick"  # dcc.Interval: on while findings are being counted
 NO_GROUPING = "__none__"  # names starting with "__" are reserved: never a config key
+#: The table waits at most this many seconds for findings not counted yet; the rest
+#: are counted in the background (app/findings_scan.py) and shown at the next ticks.
+COUNT_WAIT = 0.3
+#: Milliseconds between the table's looks at the background count while it runs.
+COUNT_TICK_MS = 1000
 #: The query parameter of the Modules page's second trial.
 COMPARE_PARAMETER = "compare"
 
@@ -165,6 +171,7 @@ def layout() -> html.Div:
         dcc.Loading(divergence, delay_show=400),
         dcc.Store(id=PLACES, storage_type="memory"),
         dcc.Store(id=DIFF_DEFAULTS, storage_type="memory"),
+        dcc.Interval(id=COUNTING, interval=COUNT_TICK_MS, disabled=True),
     ], className="page-padded")
 
 
@@ -184,22 +191,14 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
 
     @app.callback(
         Output(TABLE, "data"), Output(TABLE, "columns"), Output(SUMMARY, "children"),
-        Output(GROUP_BY, "options"),
+        Output(GROUP_BY, "options"), Output(COUNTING, "disabled"),
         Input(ids.DATA_STATUS, "data"), Input(SEARCH, "value"), Input(FINDINGS, "value"),
-        State(TABLE, "columns"))
-    def show_table(_status: Any, search: str | None, findings: list | None,
+        Input(COUNTING, "n_intervals"), State(TABLE, "columns"))
+    def show_table(_status: Any, search: str | None, findings: list | None, _counting: Any,
                    shown_columns: list | None) -> tuple:
-        started = time.perf_counter()
-        frame = data_of.trials_frame(data, with_findings=bool(findings))
-        parts.timings.record("compare.table", time.perf_counter() - started)
-        rows = cf.table_rows(frame, search)
-        columns = cf.table_columns(frame)
-        keys = data_of.config_keys(frame)
-        options = [{"label": "no grouping", "value": NO_GROUPING}] + [
-            {"label": k, "value": k} for k in keys]
-        summary = (f"{len(rows)} of {len(frame)} trials" if search else
-                   f"{len(frame)} trials") + " · tick trials to compare them"
-        return rows, if_changed(columns, shown_columns), summary, options
+        rows, columns, summary, options, waiting = table_view(
+            data, parts.timings, search, bool(findings), COUNT_WAIT)
+        return rows, if_changed(columns, shown_columns), summary, options, not waiting
 
     @app.callback(
         Output(QUANTITY, "options"), Output(QUANTITY, "value"), Output(STATISTIC, "disabled"),
@@ -276,6 +275,33 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         if wanted is None or wanted == value or wanted not in data.trial_ids():
             return no_update
         return wanted
+
+
+def table_view(data: AppData, timings: Any, search: str | None, count_findings: bool,
+               wait: float) -> tuple[list, list, Any, list, int]:
+    """The trials table: its rows (those the search keeps), columns, the summary above
+    it, the group-by options and how many trials still wait for their findings to be
+    counted. The counts (``count_findings``) come from the background scan: the table
+    answers after at most ``wait`` seconds with the trials scanned so far counted and
+    the others' cells empty; the page asks again every second while some wait."""
+    started = time.perf_counter()
+    frame = data_of.trials_frame(data)
+    waiting: list[str] = []
+    if count_findings:
+        counts, waiting = data_of.findings_counts(data, frame["trial_id"].tolist(), wait)
+        frame = data_of.with_findings(frame, counts)
+    timings.record("compare.table", time.perf_counter() - started)
+    rows = cf.table_rows(frame, search)
+    keys = data_of.config_keys(frame)
+    options = [{"label": "no grouping", "value": NO_GROUPING}] + [
+        {"label": k, "value": k} for k in keys]
+    summary: Any = (f"{len(rows)} of {len(frame)} trials" if search else
+                    f"{len(frame)} trials") + " · tick trials to compare them"
+    if waiting:
+        summary = [summary, html.Span(
+            f" · counting findings: {len(frame) - len(waiting)} of {len(frame)} trials "
+            "scanned", className="compare-counting")]
+    return rows, cf.table_columns(frame), summary, options, len(waiting)
 
 
 def overlay_view(data: AppData, timings: Any, trials: list | None, value: str | None,

@@ -80,8 +80,6 @@ def test_the_table_has_a_row_per_trial_with_its_config(sweep):
     assert by_trial.loc["lr0.05-s1", "kpi.loss"] == pytest.approx(losses["lr0.05-s1"][6])
     rows = cf.table_rows(frame, "lr0.2")
     assert {r["id"] for r in rows} == {"lr0.2-s0", "lr0.2-s1"}
-    with_findings = cd.trials_frame(data, with_findings=True)
-    assert {"findings.error", "findings.warning", "findings.info"} <= set(with_findings)
 
 
 def test_kpi_series_of_every_trial_aligned_by_step(sweep):
