@@ -1,8 +1,9 @@
-"""The Compare page in Chromium (issue 31): the trials table with config columns, ticked
-trials drawn as one line each, grouped by lr as one mean and band per group, the first
-divergence of two trials, the graph painted by their difference at another step and
-statistic, a link that opens the Tensors page at the named tensor, and a link that opens
-the Modules page with the second trial beside the first.
+"""The Compare page in Chromium (issue 31): the trials table with config columns and its
+filter, ticked trials drawn as one line each and smoothed, grouped by lr as one mean and
+band per group, the first divergence of two trials, the graph painted by their
+difference at another step and statistic, a link that opens the Tensors page at the
+named tensor, and a link that opens the Modules page with the second trial beside the
+first.
 
 Data: four tiny loops recorded with the real recorder and ``config=`` (two lr values
 and two seeds, tests/app/test_compare_data.py)."""
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from comgra_like.app import ids
 from comgra_like.app.pages import compare, modules
+from selenium.webdriver.common.keys import Keys
 
 from tests.browser.helpers import start_app, wait_until
 
@@ -78,6 +80,18 @@ def node_colours(dash_duo) -> list:
         ".map((t) => t.marker.color) : [];")
 
 
+def first_ys(dash_duo) -> list:
+    return dash_duo.driver.execute_script(
+        f"const g = document.querySelector('#{compare.OVERLAY} .js-plotly-plot');"
+        "const t = g && g._fullData && g._fullData[0];"  # y decoded (plotly's bdata)
+        "return t && t.y ? Array.from(t.y) : [];")
+
+
+def visible_trials(dash_duo) -> list[str]:
+    return [c.text for c in dash_duo.find_elements(
+        f"#{compare.TABLE} td[data-dash-column=trial_id]")]
+
+
 def selection(dash_duo) -> dict:
     raw = dash_duo.driver.execute_script(
         f"return window.sessionStorage.getItem('{ids.SELECTION}');")
@@ -93,10 +107,26 @@ def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
     assert any("cfg optim.lr" in h for h in headers)
     assert any("cfg seed" in h for h in headers)
 
+    # the table's own filter: a column's cell under its header
+    lr_filter = dash_duo.find_element(
+        f"#{compare.TABLE} th.dash-filter[data-dash-column='config.optim.lr'] input")
+    lr_filter.send_keys("0.05", Keys.ENTER)
+    wait_until(lambda: sorted(visible_trials(dash_duo)) == ["lr0.05-s0", "lr0.05-s1"],
+               what="the trials of lr 0.05")
     tick(dash_duo, "lr0.05-s0")
+    lr_filter.send_keys(Keys.BACKSPACE * 4, Keys.ENTER)
+    wait_until(lambda: len(visible_trials(dash_duo)) == 4, what="every trial again")
     tick(dash_duo, "lr0.2-s0")
     wait_until(lambda: traces(dash_duo) == ["lr0.05-s0", "lr0.2-s0"],
                what="one line per ticked trial")
+    # smoothing: the slider moves by its step per key; the first point stays (bias
+    # corrected), the next ones move
+    raw = wait_until(lambda: first_ys(dash_duo), what="the first line's points")
+    dash_duo.find_element(f"#{compare.SMOOTHING} [role=slider]").send_keys(
+        *[Keys.ARROW_RIGHT] * 5)
+    smoothed = wait_until(lambda: first_ys(dash_duo) not in ([], raw) and first_ys(dash_duo),
+                          what="the smoothed line")
+    assert smoothed[0] == raw[0] and smoothed[1:] != raw[1:]
     text = wait_until(lambda: dash_duo.find_element(f"#{compare.DIVERGENCE}").text
                       if "first differ" in dash_duo.find_element(f"#{compare.DIVERGENCE}").text
                       else None, timeout=30, what="the first divergence")
