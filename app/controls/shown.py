@@ -3,8 +3,9 @@
 Every view callback keeps a small key of what it shows (in a ``dcc.Store`` of its own,
 or the figure's state) and sends nothing when the key did not change; a control is sent
 only when its options or value differ from the browser's. These helpers are that check,
-written once. Keys travel through the browser as JSON: build them of lists, not tuples,
-or they never compare equal to the key the store sends back.
+written once. Keys travel through the browser as JSON: the store sends tuples back as
+lists, so a key is compared in its JSON form (a key with tuples, such as the Findings
+page's (trial, version) pairs, never matched and re-sent its view on every tick).
 """
 
 from __future__ import annotations
@@ -15,8 +16,18 @@ from dash import no_update
 
 
 def unchanged(key: Any, shown: Any) -> bool:
-    """Whether the view already shows ``key`` (``shown``: the key its store holds)."""
-    return key == shown
+    """Whether the view already shows ``key`` (``shown``: the key its store holds, as
+    JSON gives it back)."""
+    return as_json(key) == shown
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as it comes back from the browser: tuples as lists, at any depth."""
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    return value
 
 
 def nothing(outputs: int) -> tuple:
