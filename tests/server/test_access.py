@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 from comgra_like.app import ids
-from comgra_like.app.pages import flow
+from comgra_like.app.pages import flow, modules
 
 from .conftest import post_callback
 
@@ -99,6 +99,36 @@ def test_without_the_token_nothing_is_served(start_server):
     assert running.request("GET", "/_dash-dependencies", headers=bearer).status_code == 200
     # with the cookie, callbacks answer
     assert shown_chain(running, session) is None  # the example has no flows
+
+
+def test_a_token_given_by_the_user_is_required(start_server, monkeypatch):
+    """--token (or $COMGRA_TOKEN) is the token, on loopback too (where none is needed
+    otherwise) and beyond it (instead of a generated one): without it nothing is served,
+    with it pages and callbacks work."""
+    token = "the-users-own-token-42"
+    servers = [start_server("--token", token), start_server("--host", "0.0.0.0", "--token", token)]
+    monkeypatch.setenv("COMGRA_TOKEN", token)
+    servers.append(start_server())
+    for running in servers:
+        assert running.token == token, running.lines  # the URL printed holds it
+        for path in ("/", "/modules", "/_dash-layout", "/_dash-dependencies",
+                     "/assets/comgra.js"):
+            refused = running.request("GET", path)
+            assert refused.status_code == 401 and "access token" in refused.text, path
+            wrong = running.request("GET", path, params={"token": wrong_token(token)})
+            assert wrong.status_code == 401, path
+            header = {"Authorization": f"token {token}"}
+            assert running.request("GET", path, headers=header).status_code == 200, path
+        callback = running.request("POST", "/_dash-update-component", json={})
+        assert callback.status_code == 401
+        # the browser's way: the URL with the token sets the cookie; pages and callbacks
+        session = running.session()
+        for path in ("/", "/modules", "/_dash-layout"):
+            assert session.get(running.base + path, timeout=60).status_code == 200, path
+        info = post_callback(running, session, f"{modules.INFO}.children", {
+            f"{ids.SELECTION}.data": {"current": {"trial": "trial_watched_classifier"}},
+            f"{ids.DATA_STATUS}.data": None})[modules.INFO]["children"]
+        assert info.startswith("structure of step"), info
 
 
 def test_read_only_refuses_writes_with_a_message_and_allow_writes_writes(
