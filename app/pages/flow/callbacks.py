@@ -11,7 +11,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, no_update
 
-from ... import ids
+from ... import ids, other_trials
 from ...parts import AppParts
 from . import views
 from .data import FlowData
@@ -43,6 +43,7 @@ from .probe_callbacks import register_probe_callbacks
 def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     reads = FlowData(parts)
     register_chain_callbacks(app, parts, reads)
+    other_trials.register_callbacks(app, parts.data)
     register_probe_callbacks(app, reads)
 
 

@@ -78,22 +78,31 @@ def lists_view(reads: FlowData, trial: str | None, origin: str | None, step: int
         text = probe_text(probes[at - 1], at, len(probes))
         if probes[at - 1].status == PENDING and not reads.serving(trial).alive:
             text += " · " + reads.nobody_serves(trial)
+    shown_text: Any = text
+    offered: list[str] = []
     if not flows and trial:
         text = (f"No gradient flows stored for {trial}: compute them with "
-                "comgra_like.record.flow (FlowChain, write_flows) or serve probes."
-                + other_trials.hint(other_trials.with_flows(reads.data), trial, "flows"))
+                "comgra_like.record.flow (FlowChain, write_flows) or serve probes.")
+        # the trials that have flows: buttons after the text that open them
+        having = other_trials.with_flows(reads.data)
+        offer = other_trials.offer(having, trial, "flows")
+        offered = other_trials.others_of(having, trial)
+        shown_text = [text, " ", offer] if offer is not None else text
     key = [trial, [f.record_id for f in every], [(p.probe_id, p.status) for p in probes],
-           origin, step, chain, before, text]
+           origin, step, chain, before, text, offered]
     if unchanged(key, shown):
         return nothing(9)
     step_options = [{"label": "—" if s is None else str(s), "value": s} for s in steps]
-    return (entries, origin, step_options, step, chain_options, chain, before, text, key)
+    return (entries, origin, step_options, step, chain_options, chain, before, shown_text,
+            key)
 
 
 def sankey_view(reads: FlowData, trial: str | None, chain: str | None, before: str | None,
                 slider: float | None, max_units: int | None, history_text: Any) -> tuple:
     """The Sankey, the one before the edit, its box's style and the summary lines."""
     if trial is None or chain is None:
+        if isinstance(history_text, list):  # the text, then the other trials' buttons
+            history_text = next((t for t in history_text if isinstance(t, str)), None)
         message = history_text if isinstance(history_text, str) and history_text else (
             "No trial selected." if trial is None else "No flows to show.")
         return empty_figure(message, 420), no_update, HIDDEN_BEFORE, ""

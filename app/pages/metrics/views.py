@@ -36,11 +36,14 @@ def cards_view(data: AppData, timings: Any, started: float, selection: dict | No
     listings = {t: metric_data.listing(data, t, rank_for(rank, data.ranks(t)))
                 for t in trials}
     reason = mfig.empty_reason(trials, listings)
-    if reason is not None and trials:
-        reason += other_trials.hint(other_trials.with_metrics(data), trials[0], "metrics")
     if reason is not None:
-        cards = [html.Div(reason, className="alert alert-secondary metrics-empty")]
-        key = ["empty", reason]
+        # the trials that have metrics: buttons that open them
+        having = other_trials.with_metrics(data) if trials else []
+        offer = other_trials.offer(having, main, "metrics")
+        cards = [html.Div([reason, html.Div(offer, className="mt-1")]
+                          if offer is not None else reason,
+                          className="alert alert-secondary metrics-empty")]
+        key = ["empty", reason, other_trials.others_of(having, main)]
         return (overlay_options, [], [], [], no_update, "",
                 no_update if unchanged(key, shown) else cards, key)
     every = [f for f in listings.values() if f is not None and not f.empty]

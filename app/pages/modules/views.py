@@ -47,11 +47,13 @@ def level_view(data: AppData, view: dict | None, selection: dict | None,
         return message, [], "", None, [], compare, executions, execution, key
     step, graph = module_data.module_graph(data, trial, shown_fields.get("training_step"))
     if graph is None:
+        # the trials that have one: buttons above the graph that open them
+        offer = other_trials.offer(other_trials.with_module_graphs(data), trial,
+                                   "module graphs")
         message = empty_figure(
             "No module graph in this trial: record with comgra_like.watch(model)."
-            + other_trials.hint(other_trials.with_module_graphs(data), trial,
-                                "module graphs"), 200)
-        return message, [], "", None, [], compare, executions, execution, key
+            + (" Open a trial that has one (above)." if offer is not None else ""), 200)
+        return message, [], offer if offer is not None else "", None, [], compare, executions, execution, key
     level = mf.level_view(graph, view.get("parent"))
     figure = mf.module_graph_figure(level, selected=view.get("picked") or ())
     options = [{"label": i, "value": i} for i in mf.invocations(graph) if i != mf.root_id(graph)]
