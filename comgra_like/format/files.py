@@ -22,6 +22,7 @@ any process: the writer process gets the location as a string).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -44,6 +45,49 @@ from .schema import MAX_ROWS_PER_ROW_GROUP
 
 #: ``s3://bucket/key``, and the same after ``Path`` joined the slashes (``s3:/bucket/key``).
 _S3_RE = re.compile(r"^s3:/+(?P<key>.*)\Z", re.DOTALL)
+
+
+class StoreUnreachable(StorageError):
+    """A look-up, listing or read that could not be made now: the store (an object
+    store, a network or local disk) did not answer, or failed for a reason that may pass
+    (connection refused or cut, a timeout, a busy server, an I/O error). It says nothing
+    about the file: not that it is absent, not that it is damaged; the same request may
+    work later. Readers keep what they knew and ask again (docs/RELIABILITY.md)."""
+
+
+# Words of the AWS SDK's errors (as pyarrow passes them on) that mean "not there".
+_NOT_THERE = ("NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND", "HTTP STATUS 404")
+_NOT_THERE_ERRNOS = (errno.ENOENT, errno.ENOTDIR)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a failed look-up or read failed because the store could not be read now
+    (which may pass), rather than because the file is absent or its bytes are damaged.
+
+    Absent: FileNotFoundError, NotADirectoryError, an object store's "no such key".
+    Could not read now: connection errors and timeouts, an object store's errors (pyarrow
+    passes the AWS SDK's on as ``OSError("... AWS Error NETWORK_CONNECTION ...")``; 5xx,
+    throttling, access denied alike), and the system's OSErrors that carry an errno
+    (EIO, ESTALE, EACCES, ...). Damaged: everything else, e.g. pyarrow's ArrowInvalid and
+    its OSErrors without an errno ("Couldn't deserialize thrift", "Corrupt snappy
+    compressed data"), and JSON that does not parse (ValueError).
+    """
+    if isinstance(exc, StoreUnreachable):
+        return True
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return False
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if not isinstance(exc, OSError) or isinstance(exc, StorageError):
+        return False  # ValueError, ArrowInvalid; our own refusals (UnsafePathError, ...)
+    if exc.errno is not None:
+        return exc.errno not in _NOT_THERE_ERRNOS
+    text = str(exc).upper()
+    return "AWS ERROR" in text and not any(word in text for word in _NOT_THERE)
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def parquet_encodings(schema: pa.Schema) -> dict:
@@ -106,36 +150,60 @@ class Files:
         return confine.allowed(path) and os.path.isdir(path)
 
     def signature(self, path: Path) -> tuple[int, int] | None:
-        """(modification time, size), None when the file cannot be looked at: a file that
-        is replaced gets a new one."""
+        """(modification time, size), None when the file cannot be looked at (absent, or
+        the store does not answer now: :meth:`signature_now` tells the two apart): a file
+        that is replaced gets a new one."""
+        try:
+            return self.signature_now(path)
+        except StoreUnreachable:
+            return None
+
+    def signature_now(self, path: Path) -> tuple[int, int] | None:
+        """:meth:`signature`, None only when the file is not there (or is a link inside a
+        group); StoreUnreachable when it cannot be looked at now."""
         if not confine.allowed(path):
             return None
         try:
             st = os.stat(path)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as e:
+            raise StoreUnreachable(f"cannot look at {path} now ({_said(e)})") from e
         return st.st_mtime_ns, st.st_size
 
     # ----- reading ----------------------------------------------------------------------
 
     def list(self, folder: Path) -> list[str]:
-        """The names in ``folder`` (hidden ones included); empty when it does not exist."""
+        """The names in ``folder`` (hidden ones included); empty when it does not exist.
+        On the local disk StoreUnreachable when it cannot be listed now; an object store
+        answers empty then (callers that poll go on): :meth:`list_now` tells them apart."""
         if not confine.allowed(folder):
             return []
         try:
             return os.listdir(folder)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise StoreUnreachable(f"cannot list {folder} now ({_said(e)})") from e
+
+    def list_now(self, folder: Path) -> list[str]:
+        """:meth:`list`, empty only when the folder is not there; StoreUnreachable when it
+        cannot be listed now (the query index must not take that for "empty")."""
+        return self.list(folder)
 
     def list_folders(self, folder: Path) -> list[str]:
         """The names of the folders in ``folder``; empty when it does not exist. A link to
-        a folder is listed (readers refuse it, and say so)."""
+        a folder is listed (readers refuse it, and say so). StoreUnreachable when it
+        cannot be listed now: the query index would take every trial for deleted."""
         if not confine.allowed(folder):
             return []
         try:
-            return [e.name for e in os.scandir(folder) if e.is_dir()]
-        except OSError:
+            with os.scandir(folder) as entries:
+                return [e.name for e in entries if e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise StoreUnreachable(f"cannot list {folder} now ({_said(e)})") from e
 
     def list_signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
         """The files in ``folder`` (hidden ones included) with the :meth:`signature` of a
@@ -320,8 +388,17 @@ class ObjectFiles(Files):
     def arrow(self, path: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
         return self.fs, self.key(path)
 
+    def _unreachable(self, doing: str, path: str | os.PathLike,
+                     e: BaseException) -> StoreUnreachable:
+        return StoreUnreachable(f"cannot {doing} {self.display(path)} now: {_said(e)}")
+
     def _info(self, path: Path) -> pafs.FileInfo:
-        return self.fs.get_file_info(self.key(path))
+        try:
+            return self.fs.get_file_info(self.key(path))
+        except (OSError, pa.ArrowException) as e:
+            if unreachable(e):
+                raise self._unreachable("look at", path, e) from e
+            raise
 
     def require_bucket(self, path: Path) -> None:
         """A StorageError that says what to fix unless the bucket of ``path`` exists and
@@ -345,23 +422,35 @@ class ObjectFiles(Files):
     # ----- reading ----------------------------------------------------------------------
 
     def list(self, folder: Path) -> list[str]:
-        """The names under the prefix ``folder/`` (one listing request, paged by S3)."""
+        """The names under the prefix ``folder/`` (one listing request, paged by S3);
+        empty also when the store cannot be reached now (:meth:`list_now` says so)."""
+        try:
+            return self.list_now(folder)
+        except StoreUnreachable:
+            return []
+
+    def list_now(self, folder: Path) -> list[str]:
+        """:meth:`list`; StoreUnreachable when the store cannot be reached now."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
                                                             allow_not_found=True))
-        except (OSError, pa.ArrowException):
+        except (OSError, pa.ArrowException) as e:
+            if unreachable(e):
+                raise self._unreachable("list", folder, e) from None
             return []
         return [info.base_name for info in infos]
 
     def list_folders(self, folder: Path) -> list[str]:
         """The prefixes one level below ``folder/`` (the same one listing request).
 
-        A store that cannot be reached is a StorageError, not an empty list: the query
-        index would take every trial for deleted and forget it."""
+        A store that cannot be reached is a StorageError (StoreUnreachable), not an empty
+        list: the query index would take every trial for deleted and forget it."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
                                                             allow_not_found=True))
         except (OSError, pa.ArrowException) as e:
+            if unreachable(e):
+                raise self._unreachable("list", folder, e) from None
             raise StorageError(f"cannot list {self.display(folder)}: "
                                f"{' '.join(str(e).split())}") from None
         return [info.base_name for info in infos if info.type == pafs.FileType.Directory]
@@ -387,11 +476,12 @@ class ObjectFiles(Files):
     def is_dir(self, path: Path) -> bool:
         return self._info(path).type == pafs.FileType.Directory
 
-    def signature(self, path: Path) -> tuple[int, int] | None:
+    def signature_now(self, path: Path) -> tuple[int, int] | None:
         """(modification time, size) of an object; for JSON objects, which are replaced
         whole (trial.json's status), a hash of the content instead of the time: S3 keeps
         the time to the second, so two versions of equal size written within one second
-        would look the same (pyarrow does not expose the ETag)."""
+        would look the same (pyarrow does not expose the ETag). None when it is not
+        there; StoreUnreachable when the store does not answer now."""
         try:
             info = self._info(path)
             if info.type != pafs.FileType.File:
@@ -400,12 +490,19 @@ class ObjectFiles(Files):
                 digest = hashlib.blake2b(self.read_bytes(path), digest_size=8).digest()
                 return int.from_bytes(digest, "big"), info.size
             return info.mtime_ns or 0, info.size
+        except StoreUnreachable:
+            raise
         except (OSError, pa.ArrowException):
             return None
 
     def read_bytes(self, path: Path) -> bytes:
-        with self.fs.open_input_stream(self.key(path)) as f:
-            return f.read()
+        try:
+            with self.fs.open_input_stream(self.key(path)) as f:
+                return f.read()
+        except (OSError, pa.ArrowException) as e:
+            if unreachable(e):
+                raise self._unreachable("read", path, e) from e
+            raise
 
     # ----- writing (whole objects) ------------------------------------------------------
 
