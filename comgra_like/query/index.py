@@ -21,6 +21,11 @@ recorder writes both safe and cheap:
 - Rows of the steps table that repeat a (training step, iteration) already read (two
   writers of one trial) are left out, the first kept, and their file is reported.
 - Every problem is a :class:`SkippedFile`, reported once, and the rest reads on.
+- A file or folder that cannot be read *now* (the store does not answer: connection
+  errors, timeouts, 5xx, I/O errors; ``format.files.unreachable``) is neither absent nor
+  damaged: nothing is rejected, forgotten or marked damaged for it. What was known stays
+  (a listed trial keeps its info), it is reported once as "could not be read now", and
+  it is read again at the next update; the report ends once it reads.
 
 The index holds metadata only: trial info, steps, KPIs, notes, graph structures,
 modules, and which tensors shard holds which steps. The provider reads values.
@@ -37,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFoundError
-from ..format.files import Files, files_for
+from ..format.files import Files, StoreUnreachable, files_for, unreachable
 from ..format.layout import MODULES_JSON, TRIAL_JSON, is_hidden, shard_range
 from ..format.schema import SCHEMA_VERSION, TRIAL_ID_PATTERN
 from ..format.trial_config import read_config
@@ -85,6 +90,11 @@ class GroupIndex(ShardTables):
         self.listing = GroupListing(self.path, self.files)
         self._trials: dict[str, TrialIndex] = {}
         self._skipped: dict[str, SkippedFile] = {}  # path -> why, each problem once
+        # the skipped paths that could not be read now (not damaged): read again at the
+        # next update, their report ends once they read; those a value read found
+        # (tensors shards) end at the next update that reaches the store
+        self._unreachable: set[str] = set()
+        self._read_outages: set[str] = set()
         # trial folders whose trial.json could not be used -> its signature then
         self._rejected: dict[str, Signature | None] = {}
         self.lock = threading.RLock()
@@ -126,6 +136,8 @@ class GroupIndex(ShardTables):
         reason changed."""
         entry = SkippedFile(str(path), reason)
         with self._skipped_lock:
+            self._unreachable.discard(entry.path)
+            self._read_outages.discard(entry.path)
             if self._skipped.get(entry.path) == entry:
                 return False
             self._skipped[entry.path] = entry
@@ -134,14 +146,64 @@ class GroupIndex(ShardTables):
         return True
 
     def _unskip(self, path: Path) -> bool:
+        key = str(path)
         with self._skipped_lock:
-            return self._skipped.pop(str(path), None) is not None
+            self._unreachable.discard(key)
+            self._read_outages.discard(key)
+            return self._skipped.pop(key, None) is not None
 
     def _forget_skipped(self, folder: Path) -> None:
         prefix = str(folder) + os.sep
         with self._skipped_lock:
             for path in [p for p in self._skipped if p.startswith(prefix)]:
                 del self._skipped[path]
+                self._unreachable.discard(path)
+                self._read_outages.discard(path)
+
+    def _cannot_read_now(self, path: Path, exc: BaseException,
+                         report: list[SkippedFile] | None, *, by_read: bool = False) -> bool:
+        """``path`` could not be read now (:func:`~comgra_like.format.files.unreachable`):
+        reported once while it stays so (True then), never marked damaged; the caller
+        keeps what it knew and the next update reads it again."""
+        key = str(path)
+        with self._skipped_lock:
+            if key in self._unreachable or key in self._skipped:
+                return False  # said already (or reported as damaged: that report stands)
+        reason = (f"could not be read now ({reason_of(exc)}); nothing of it is left out "
+                  "for good: it is read again at the next refresh")
+        self._skip(path, reason, report)
+        with self._skipped_lock:
+            self._unreachable.add(key)
+            if by_read:
+                self._read_outages.add(key)
+        log.warning("could not read %s now (read again at the next refresh): %s", path,
+                    reason_of(exc))
+        return True
+
+    def _reached(self, path: Path) -> None:
+        """``path`` was looked at or read: a report that it could not be, ends."""
+        if self._unreachable and str(path) in self._unreachable:
+            self._unskip(path)
+
+    @property
+    def unreachable(self) -> list[SkippedFile]:
+        """The files and folders the last updates (or value reads) could not read now and
+        have not read since: a part of :attr:`skipped`."""
+        with self._skipped_lock:
+            return [self._skipped[p] for p in sorted(self._unreachable) if p in self._skipped]
+
+    def raise_if_unreachable(self) -> None:
+        """StoreUnreachable naming what could not be read now, if anything: what a fresh
+        ``open_group`` raises rather than list a group with parts left out."""
+        missing = self.unreachable
+        if not missing:
+            return
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise StoreUnreachable(
+            f"{self.files.display(self.path)} could not be read whole: "
+            f"{self.files.display(missing[0].path)}"
+            f"{more} {missing[0].reason.split(';')[0]}; open it again once the store "
+            "answers (an open Group's refresh() reads them then)")
 
     def _damaged(self, trial: TrialIndex, key: str, reason: str,
                  report: list[SkippedFile] | None) -> bool:
@@ -162,11 +224,25 @@ class GroupIndex(ShardTables):
                 trial.damaged_tensor_files.pop(name, None)
                 self._unskip(trial.path / key)
                 continue
-            if self.files.signature(trial.path / key) != trial.damaged[key][0]:
+            try:
+                now = self.files.signature_now(trial.path / key)
+            except OSError as e:
+                if not unreachable(e):
+                    raise
+                continue  # not looked at now: as it was
+            if now != trial.damaged[key][0]:
                 del trial.damaged[key]
                 trial.damaged_tensor_files.pop(name, None)
                 again.append(name)
         return again
+
+    def read_unreachable(self, f: TensorFile, exc: BaseException) -> None:
+        """A tensors shard could not be read now (not damaged): reported once, until the
+        next update that reaches the store (the version grows, so that a GUI polling it
+        shows the report); the read raises, and the next one tries again."""
+        with self.lock:
+            if self._cannot_read_now(f.path, exc, None, by_read=True):
+                self.version += 1
 
     def read_failed(self, trial: TrialIndex, f: TensorFile, exc: BaseException) -> None:
         """A tensors shard failed to read (damaged after it was indexed, e.g. rewritten in
@@ -230,10 +306,20 @@ class GroupIndex(ShardTables):
             new_trials: list[str] = []
             changed: dict[str, TrialChange] = {}
             skipped: list[SkippedFile] = []
-            self.listing = listing = GroupListing(self.path, self.files)
+            listing = GroupListing(self.path, self.files)
+            # StoreUnreachable when the trials folder cannot be listed now: raised before
+            # anything changed, so no trial is forgotten (the next update lists again)
+            names = listing.trial_folders()
+            self.listing = listing
+            with self._skipped_lock:
+                reported = set(self._unreachable)
+                # what value reads could not read: the store answered the listing now;
+                # the next read tries again (and reports again if it fails)
+                outages, self._read_outages = self._read_outages, set()
+            for path in outages:
+                self._unskip(Path(path))
             update = Update(RefreshReport(0, [], {}, []), listing)
             folder = listing.trials
-            names = listing.trial_folders()
             links = listing.links(folder)
             for name in links:  # a linked trial folder is not one of the group's trials
                 if not is_hidden(name):
@@ -252,12 +338,19 @@ class GroupIndex(ShardTables):
                     # A trial.json that could not be used is looked at again only when
                     # it changes (it was reported once already).
                     info_path = folder / name / TRIAL_JSON
-                    if (name in self._rejected
-                            and self._rejected[name] == self.files.signature(info_path)):
-                        continue
+                    if name in self._rejected:
+                        try:
+                            if self._rejected[name] == self.files.signature_now(info_path):
+                                continue
+                        except OSError as e:
+                            if not unreachable(e):
+                                raise
+                            continue  # as it was: looked at again at the next update
                     trial = TrialIndex(folder / name)
                     if not self._update_info(trial, skipped):
-                        self._rejected[name] = trial.info_signature
+                        if str(info_path) not in self._unreachable:
+                            self._rejected[name] = trial.info_signature
+                        # else: not read now (reported); read again at the next update
                         continue
                     self._rejected.pop(name, None)
                     fresh.append((name, trial))
@@ -276,7 +369,9 @@ class GroupIndex(ShardTables):
                     if self._trials.pop(name, None) is not None:
                         update.forgotten_trials.append(name)
                         changed[name] = TrialChange(status_changed=True)
-            if new_trials or changed or skipped:
+            with self._skipped_lock:
+                ended = bool(reported - self._unreachable) or bool(outages)
+            if new_trials or changed or skipped or ended:
                 self.version += 1
             update.report = RefreshReport(self.version, new_trials, changed, skipped)
             return update
@@ -297,10 +392,17 @@ class GroupIndex(ShardTables):
     def _update_info(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         """Read trial.json if it changed; whether the trial can be shown."""
         path = trial.layout.trial_json
-        sig = self.files.signature(path)
+        try:
+            sig = self.files.signature_now(path)
+        except OSError as e:
+            if not unreachable(e):
+                raise
+            # not "not written yet": reported, a trial already shown keeps its info
+            self._cannot_read_now(path, e, skipped)
+            return trial.info is not None
         if sig is None or sig == trial.info_signature:
+            self._reached(path)
             return trial.info is not None  # not written yet, or read already
-        trial.info_signature = sig
         try:
             data = self.files.read_json(path)
             if not isinstance(data, dict):
@@ -318,11 +420,17 @@ class GroupIndex(ShardTables):
                 config=read_config(data),
             )
         except (OSError, ValueError, KeyError, TypeError) as e:
+            if unreachable(e):
+                # not damaged: the signature is not kept, the next update reads it again
+                self._cannot_read_now(path, e, skipped)
+                return trial.info is not None  # a trial already shown keeps its info
+            trial.info_signature = sig
             reason = f"unreadable {TRIAL_JSON} ({reason_of(e)})"
             if isinstance(e, KeyError):
                 reason = f"unreadable {TRIAL_JSON} (no {e} field)"
             self._skip(path, reason, skipped)
             return trial.info is not None  # a trial already shown keeps what it had
+        trial.info_signature = sig
         if version > SCHEMA_VERSION:
             self._skip(path, f"written with storage format {version}, this version reads up to "
                              f"{SCHEMA_VERSION}: upgrade comgra_like", skipped)
@@ -361,7 +469,8 @@ class GroupIndex(ShardTables):
 
     def _update_graphs(self, trial: TrialIndex, skipped: list[SkippedFile]) -> int:
         folder = trial.layout.graphs
-        names = [n for n in self.listing.names(folder) if n.endswith(".json")]
+        listed = self._listed(folder, skipped)
+        names = [n for n in listed or () if n.endswith(".json")]
         if not names:
             return 0
         for name in self._recheck_damaged(trial, "graphs", names):
@@ -376,6 +485,10 @@ class GroupIndex(ShardTables):
             try:
                 raw = self.files.read_bytes(path)
             except OSError as e:
+                if unreachable(e):  # not read now: the next update reads it again
+                    trial.seen_graphs.discard(name)
+                    self._cannot_read_now(path, e, skipped)
+                    break
                 self._damaged(trial, f"graphs/{name}", f"unreadable graph ({reason_of(e)})",
                               skipped)
                 continue
@@ -409,11 +522,18 @@ class GroupIndex(ShardTables):
     def _update_modules(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         """Read modules.json if it changed; whether the module tree did."""
         path = trial.layout.modules_json
-        sig = self.files.signature(path)
+        try:
+            sig = self.files.signature_now(path)
+        except OSError as e:
+            if not unreachable(e):
+                raise
+            self._cannot_read_now(path, e, skipped)
+            return False  # the module tree known stays
         if sig == trial.modules_signature:
+            self._reached(path)
             return False
-        trial.modules_signature = sig
         if sig is None:  # not written yet, or deleted
+            trial.modules_signature = sig
             changed = trial.modules is not None
             trial.modules, trial.modules_problem = None, None
             return changed
@@ -431,10 +551,15 @@ class GroupIndex(ShardTables):
                 for m in data.get("modules", [])
             ]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            if unreachable(e):
+                self._cannot_read_now(path, e, skipped)
+                return False  # the signature is not kept: read again at the next update
+            trial.modules_signature = sig
             reason = f"unreadable {MODULES_JSON} ({reason_of(e)})"
             trial.modules, trial.modules_problem = None, reason
             self._damaged(trial, MODULES_JSON, reason, skipped)
             return True
+        trial.modules_signature = sig
         trial.damaged.pop(MODULES_JSON, None)
         self._unskip(path)
         trial.modules, trial.modules_problem = modules, None

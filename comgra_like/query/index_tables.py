@@ -1,7 +1,9 @@
 """The index's shard tables: the new rows of a trial's steps, KPIs and notes shards, and
 the step ranges of its tensors shards (footers only), as ``query/index.py``'s contract
 says (new names only; a compaction that merged rows never read makes its table read
-again; repeated steps rows left out and reported; damage reported, never fatal).
+again; repeated steps rows left out and reported; damage reported, never fatal; a folder
+or shard that could not be read now is reported and read again at the next update, what
+was read before kept).
 
 :class:`ShardTables` is a part of :class:`~comgra_like.query.index.GroupIndex` (a mixin:
 it uses the index's listing, files and its reports of damaged files).
@@ -17,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..format.files import unreachable
 from ..format.layout import LEGACY_NOTES_JSONL, NOTES_DIR, live_shards, shard_range, shard_rank
 from ..format.notes import NOTES_SCHEMA
 from ..format.schema import RANK, SCHEMAS
@@ -45,8 +48,19 @@ _NAMED_DUPLICATES = 3
 class ShardTables:
     """The shard tables of :class:`~comgra_like.query.index.GroupIndex` (a mixin)."""
 
-    def _live(self, folder: Path) -> list[str] | None:
+    def _listed(self, folder: Path, skipped: list[SkippedFile]) -> list[str] | None:
+        """The names this update listed in ``folder``; None when it could not be listed
+        now (reported: what was read of it stays, the next update lists it again)."""
         names = self.listing.names(folder)
+        problem = self.listing.unlisted.get(str(folder))
+        if problem is not None:
+            self._cannot_read_now(folder, problem, skipped)
+            return None
+        self._reached(folder)
+        return names
+
+    def _live(self, folder: Path, skipped: list[SkippedFile]) -> list[str] | None:
+        names = self._listed(folder, skipped)
         if not names:
             return None  # not there (yet): an object store has no empty folders
         return live_shards(names)
@@ -57,13 +71,14 @@ class ShardTables:
         whether they are the whole table (a compaction merged rows read before with
         rows never read: everything live is read again)."""
         folder = trial.layout.table(kind)
-        live = self._live(folder)
+        live = self._live(folder, skipped)
         again = self._recheck_damaged(trial, kind, live)
         if live is None:
             return [], False
         seen = trial.seen.setdefault(kind, {})
         for name in again:
             seen.pop(name, None)
+        before = dict(seen)
         new = [n for n in live if n not in seen]
         if not new:
             return [], False
@@ -72,7 +87,7 @@ class ShardTables:
             seen.clear()
             new = live
         frames = []
-        for name in new:
+        for i, name in enumerate(new):
             rng = shard_range(name)
             covered = covered_by(rng, seen.values())
             seen[name] = rng
@@ -82,6 +97,18 @@ class ShardTables:
             try:
                 table = self.files.read_parquet(path, schema=schema)
             except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                if unreachable(e):
+                    # not read now, not damaged: reported, and this file and the ones
+                    # after it are read at the next update (a whole read again keeps
+                    # the table as it was until then)
+                    self._cannot_read_now(path, e, skipped)
+                    if whole:
+                        seen.clear()
+                        seen.update(before)
+                        return [], False
+                    for rest in new[i:]:
+                        seen.pop(rest, None)
+                    break
                 self._damaged(trial, f"{kind}/{name}", f"unreadable shard ({reason_of(e)})",
                               skipped)
                 continue
@@ -215,7 +242,7 @@ class ShardTables:
         """Index new tensors shards by their step range; how many damaged ones were
         repaired since."""
         folder = trial.layout.table("tensors")
-        live = self._live(folder)
+        live = self._live(folder, skipped)
         again = self._recheck_damaged(trial, "tensors", live)
         if live is None:
             return 0
@@ -230,12 +257,19 @@ class ShardTables:
         files = {n: f for n, f in files.items() if n in live}
         update.gone_files.extend((trial.trial_id, n) for n in gone)
         repaired = 0
-        for name in new:
+        for i, name in enumerate(new):
             path = folder / name
             seen[name] = shard_range(name)
             try:
                 lo, hi = step_range(self.files.parquet_metadata(path))
             except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+                if unreachable(e):
+                    # not read now, not damaged: this footer and the ones after it are
+                    # read at the next update; the steps they hold wait until then
+                    self._cannot_read_now(path, e, skipped)
+                    for rest in new[i:]:
+                        seen.pop(rest, None)
+                    break
                 self._damaged(trial, f"tensors/{name}", f"unreadable shard ({reason_of(e)})",
                               skipped)
                 files.pop(name, None)

@@ -13,6 +13,11 @@ index asks it: the index of steps, KPIs, notes, tensors and graphs
 A listing is a snapshot: a name that appears after its folder was listed shows at the
 next refresh. A read that finds a listed file gone (a compaction replaced it) lists the
 folder again at once with :func:`live_now`, which is not cached.
+
+A folder that cannot be listed now (the store does not answer) is not empty: the trials
+folder raises StoreUnreachable (the index forgets no trial), any other folder reads as
+empty for this refresh and is named in :attr:`GroupListing.unlisted`, so that the index
+keeps what it knew of it and reports it.
 """
 
 from __future__ import annotations
@@ -21,14 +26,15 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from ..format.files import Files, files_for
+from ..format.files import Files, files_for, unreachable
 from ..format.layout import is_hidden, live_shards, trials_dir
 
 
 def live_now(files: Files, folder: Path) -> list[str]:
     """The live shard names of ``folder`` as they are now (listed again, never cached),
-    in sequence order; hidden names (files being written) left out."""
-    return live_shards([n for n in files.list(folder) if not is_hidden(n)])
+    in sequence order; hidden names (files being written) left out. StoreUnreachable when
+    the folder cannot be listed now."""
+    return live_shards([n for n in files.list_now(folder) if not is_hidden(n)])
 
 
 class GroupListing:
@@ -50,6 +56,8 @@ class GroupListing:
         self._names: dict[str, list[str]] = {}
         self._signatures: dict[str, dict[str, tuple[int, int]]] = {}
         self._links: dict[str, list[str]] = {}
+        #: folders (their str) that could not be listed now -> why; :meth:`names` gave []
+        self.unlisted: dict[str, OSError] = {}
         self._lock = threading.Lock()
 
     def _count(self, kind: str, key: str) -> None:
@@ -58,7 +66,8 @@ class GroupListing:
 
     def trial_folders(self) -> list[str]:
         """The names of the folders in ``trials/``, sorted (hidden and linked ones too:
-        the index reports links; callers leave hidden names out)."""
+        the index reports links; callers leave hidden names out). StoreUnreachable when
+        the store does not answer: never an empty list that would forget every trial."""
         if self._folders is None:
             self._count("folders", str(self.trials))
             self._folders = sorted(self.files.list_folders(self.trials))
@@ -70,12 +79,20 @@ class GroupListing:
 
     def names(self, folder: Path) -> list[str]:
         """The names in ``folder`` without hidden ones (files being written), as listed
-        the first time this listing was asked; empty when there is no such folder."""
+        the first time this listing was asked; empty when there is no such folder, and
+        when it could not be listed now (then in :attr:`unlisted`)."""
         key = str(folder)
         found = self._names.get(key)
         if found is None:
             self._count("names", key)
-            found = [n for n in self.files.list(folder) if not is_hidden(n)]
+            try:
+                found = [n for n in self.files.list_now(folder) if not is_hidden(n)]
+            except OSError as e:
+                if not unreachable(e):
+                    raise
+                found = []
+                with self._lock:
+                    self.unlisted[key] = e
             with self._lock:
                 self._names[key] = found
         return found

@@ -329,7 +329,12 @@ def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, 
                cache: ByteLRU | None = None, refresh: bool = True) -> Group:
     """Open a group folder (``<comgra_root_path>/<group>``) and index what is there
     (``refresh=False``: nothing yet; the first :meth:`Group.refresh` does, e.g. in
-    another thread, while :meth:`Group.list_trials` lists the trials indexed so far)."""
+    another thread, while :meth:`Group.list_trials` lists the trials indexed so far).
+
+    A StorageError (``StoreUnreachable``) when the store does not answer now for a part
+    of the group: a fresh open lists the whole group or says so, never a group with
+    trials or steps silently left out (an open Group's refresh() reports such a part in
+    :attr:`Group.skipped` and reads it at the next refresh)."""
     path = Path(path)
     files = files_for(path)
     if files.remote:  # s3://bucket/prefix/group: a prefix exists once objects are under it
@@ -348,4 +353,5 @@ def open_group(path: str | os.PathLike, cache_bytes: int = DEFAULT_CACHE_BYTES, 
     group = Group(path, cache_bytes=cache_bytes, cache=cache)
     if refresh:
         group.refresh()
+        group._index.raise_if_unreachable()
     return group

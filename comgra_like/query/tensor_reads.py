@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigurationError, NotFoundError, StorageError
+from ..format.files import StoreUnreachable, unreachable
 from ..format.layout import shard_rank
 from ..format.schema import RANK
 from ..vocabulary import ALL_STATISTICS, BATCH_AGGREGATIONS, NO_BATCH, STATISTICS
@@ -70,7 +71,8 @@ class TensorReads:
                    done: set[str]) -> tuple[TensorFile, T] | None:
         """(the file read, ``read(file)``): ``f``, or the file a compaction replaced it
         with since the last refresh; None for a damaged file (reported) or a file read
-        already (in ``done``)."""
+        already (in ``done``). StoreUnreachable when the store does not answer now: the
+        file is not marked damaged (reported until the next refresh; read it again)."""
         for attempt in range(2):
             if f.name in done:
                 return None
@@ -84,7 +86,14 @@ class TensorReads:
                         "rewritten); refresh to read what is there now") from e
                 f = replacement
                 continue
-            except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+            except Exception as e:  # damage is reported; an outage raises
+                if unreachable(e):
+                    self._index.read_unreachable(f, e)
+                    raise StoreUnreachable(
+                        f"{self._index.files.display(f.path)} could not be read now (the "
+                        "store did not answer: "
+                        f"{' '.join(str(e).split())}); it is not marked damaged: read it "
+                        "again") from e
                 self._index.read_failed(trial, f, e)
                 self._drop(lambda kind, t, x, key=(CACHE_SERIES, trial.trial_id, f.name):
                            (kind, t, x) == key)
