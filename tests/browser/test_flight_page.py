@@ -134,9 +134,16 @@ def test_flight_page_plays_the_window_and_findings_link_there(dash_duo, triggere
     # the Findings page: the flight finding's row opens this page at its trigger
     dash_duo.find_element("#nav-findings").click()
     dash_duo.wait_for_element(".finding-row[data-kind='flight_loss_spike']", timeout=30)
-    link = dash_duo.find_element(".finding-row[data-kind='flight_loss_spike'] "
-                                 ".finding-flight-link")
-    assert link.get_attribute("href").endswith(flight.link(TRIAL, SPIKE))
+
+    def href() -> str | None:
+        # the list is drawn again when the scan of the trial completes: read it afresh
+        try:
+            return dash_duo.find_element(".finding-row[data-kind='flight_loss_spike'] "
+                                         ".finding-flight-link").get_attribute("href")
+        except StaleElementReferenceException:
+            return None
+
+    assert wait_until(href, what="the finding's link").endswith(flight.link(TRIAL, SPIKE))
     click(dash_duo, ".finding-row[data-kind='flight_loss_spike']")
     wait_until(lambda: dash_duo.driver.current_url.endswith(flight.link(TRIAL, SPIKE)),
                what="the Flight page's URL")
