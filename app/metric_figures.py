@@ -2,7 +2,7 @@
 module, several trials overlaid, epoch bands, and the spectrum of a vector metric.
 
 Inputs are the frames ``Group.read_metrics`` returns (columns training_step,
-type_of_execution, module, module_class, metric, backward_pass, value, vector, time),
+type_of_execution, module, module_class, metric, backward_pass, value, vector, wall_time),
 one per trial. A metric is computed on its own schedule (``linear(k, o)``), so a line
 has a marker on every computed step and nowhere else; consecutive computed steps are
 joined, but a hole longer than the schedule's period (the metric was not computed for a

@@ -76,8 +76,8 @@ def module_graph(data: AppData, trial: str, step: int | None = None) -> tuple[in
     return None, None
 
 
-def histograms(data: AppData, trial: str, node: str, rank: Any = None) -> pd.DataFrame:
-    """Every histogram row of one module invocation (node) of a trial, of ``rank``."""
+def histograms(data: AppData, trial: str, module: str, rank: Any = None) -> pd.DataFrame:
+    """Every histogram row of one module invocation of a trial, of ``rank``."""
     read = _read(data, "read_histograms")
     if read is None or trial not in data.trial_ids():
         return pd.DataFrame()
@@ -87,16 +87,16 @@ def histograms(data: AppData, trial: str, node: str, rank: Any = None) -> pd.Dat
             return pd.DataFrame()
 
         def load() -> pd.DataFrame:
-            return merged(trial, nodes=[node], rebin=True)
+            return merged(trial, modules=[module], rebin=True)
     elif rank == EVERY_RANK:
         def load() -> pd.DataFrame:
-            return read(trial, nodes=[node], ranks=EVERY_RANK)
+            return read(trial, modules=[module], ranks=EVERY_RANK)
     else:
         def load() -> pd.DataFrame:
-            return read(trial, nodes=[node], **({} if rank is None else {"rank": int(rank)}))
-    key = ("module_histograms", trial, data_version(data, trial), node, rank)
+            return read(trial, modules=[module], **({} if rank is None else {"rank": int(rank)}))
+    key = ("module_histograms", trial, data_version(data, trial), module, rank)
     frame = data.cached(
-        key, lambda: data.safely(f"histograms of {node} in {trial}", load, None))
+        key, lambda: data.safely(f"histograms of {module} in {trial}", load, None))
     return frame if frame is not None else pd.DataFrame()
 
 

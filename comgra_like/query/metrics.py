@@ -22,15 +22,13 @@ from ..format.layout import METRICS, TrialLayout, shard_rank
 from ..format.schema import RANK, SCHEMAS, conform, current_names
 from .listing import GroupListing, live_now
 
-#: The columns of ``Group.read_metrics``, in this order.
+#: The columns of ``Group.read_metrics``, in this order: the files' words (docs/FORMAT.md,
+#: "Vocabulary"; ``wall_time`` was ``time`` in older files and reads).
 METRIC_COLUMNS = ["training_step", "type_of_execution", "module", "module_class", "metric",
-                  "backward_pass", "value", "vector", "time"]
+                  "backward_pass", "value", "vector", "wall_time"]
 #: The columns of ``Group.list_metrics``.
 LIST_COLUMNS = ["module", "module_class", "metric", "n_points"]
 _SORT = ["metric", "module", "training_step", "backward_pass"]
-#: The file's name of a column of ``read_metrics`` where they differ (docs/FORMAT.md,
-#: "Vocabulary": the files say ``wall_time``; the read keeps ``time``).
-FILE_COLUMN = {"time": "wall_time"}
 
 
 class MetricsIndex:
@@ -145,7 +143,7 @@ def read_metrics(index: MetricsIndex, trial_id: str, *, ranks: list[int],
             columns[name] = [None if v is None else np.asarray(v, dtype=np.float64)
                              for v in table.column(name).to_pylist()]
         else:
-            columns[name] = _plain(table, FILE_COLUMN.get(name, name))
+            columns[name] = _plain(table, name)
     frame = pd.DataFrame(columns, columns=names)
     return frame.sort_values(_SORT + ([RANK] if with_rank else []),
                              kind="stable").reset_index(drop=True)

@@ -23,6 +23,7 @@ from .watch import (
     merge_histograms,
     module_graph_hash,
     module_graph_steps,
+    modules_argument,
     read_histograms,
     read_module_graph_file,
 )
@@ -34,50 +35,55 @@ class TableReads:
 
     # ----- watch(): histograms, module graphs, the watch report ---------------------------
 
-    def read_histograms(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
+    def read_histograms(self, trial_id: str, *, modules: Any = None, roles: Any = None,
                         what: Any = None, steps: Any = None, recording_types: Any = None,
                         types_of_execution: Any = None, rank: int | None = None,
-                        ranks: Any = None) -> pd.DataFrame:
+                        ranks: Any = None, nodes: Any = None) -> pd.DataFrame:
         """The histograms ``comgra_like.watch`` recorded, one row per (training_step,
-        iteration, node, role, recording_type, what), sorted by step.
+        iteration, module, role, recording_type, what), sorted by step.
 
-        Columns: training_step, type_of_execution, iteration, node (the module
-        invocation, e.g. ``model.layer1.0.conv1`` or ``model.block#1``), role
+        Columns: training_step, type_of_execution, iteration, module (the module
+        invocation, e.g. ``model.layer1.0.conv1`` or ``model.block#1``; called ``node``
+        before the vocabulary was settled, docs/FORMAT.md "Vocabulary"), role
         (``input 0``, ``input mask``, ``output 0``, ``output logits``; for params and
         params_grad the parameter's name, ``weight``), recording_type (forward,
         gradient:<loss group>), what (io, io_grad, params, params_grad), time (the
         ``time_log`` value), lo, hi (the bins are ``len(counts)`` equal bins from lo to
         hi), counts (numpy int64 array), n (values counted), vmin, vmax (the extremes of
-        all values before sampling). Each filter is a value or a list of values.
+        all values before sampling). Each filter is a value or a list of values;
+        ``nodes`` is the older name of ``modules`` (still accepted; not both).
         An empty frame for a trial without histograms.
 
         A parameter held by several modules (tied weights) is recorded once, under its
         first holder; its params/params_grad rows are shown under every holder, with
-        ``shared_with`` (the other holders) and ``recorded_as`` (the node it is stored
-        under) saying so (docs/PAGES.md).
+        ``shared_with`` (the other holders) and ``recorded_as`` (the module parameter it
+        is stored under) saying so (docs/PAGES.md).
 
         A distributed recording: one rank's rows (``rank``, by default the lowest), or
         with ``ranks`` (``"all"`` or a list) those ranks' rows side by side, with a
         ``rank`` column; :meth:`read_merged_histograms` adds them up.
         """
+        modules = modules_argument(modules, nodes)
         self._trial(trial_id)
         chosen, with_rank = self._table_ranks(trial_id, rank, ranks)
         return read_histograms(self._watch, trial_id, ranks=chosen, with_rank=with_rank,
-                               nodes=nodes, roles=roles, what=what, steps=steps,
+                               modules=modules, roles=roles, what=what, steps=steps,
                                recording_types=recording_types,
                                types_of_execution=types_of_execution)
 
-    def read_merged_histograms(self, trial_id: str, *, nodes: Any = None, roles: Any = None,
-                               what: Any = None, steps: Any = None,
+    def read_merged_histograms(self, trial_id: str, *, modules: Any = None,
+                               roles: Any = None, what: Any = None, steps: Any = None,
                                recording_types: Any = None, types_of_execution: Any = None,
-                               ranks: Any = "all", rebin: bool = False) -> pd.DataFrame:
+                               ranks: Any = "all", rebin: bool = False,
+                               nodes: Any = None) -> pd.DataFrame:
         """The histograms of several ranks (all by default) merged, one row per histogram
         (:func:`comgra_like.query.watch.merge_histograms`): counts add where the ranks'
         bin edges agree (``merge`` = ``exact``); where they differ a ConfigurationError,
         unless ``rebin=True`` spreads each rank's counts over common edges (``merge`` =
         ``rebinned``, approximate). Columns: those of :meth:`read_histograms`, ``ranks``
-        and ``merge``."""
-        frame = self.read_histograms(trial_id, nodes=nodes, roles=roles, what=what,
+        and ``merge``; ``nodes`` is the older name of ``modules``."""
+        frame = self.read_histograms(trial_id, modules=modules_argument(modules, nodes),
+                                     roles=roles, what=what,
                                      steps=steps, recording_types=recording_types,
                                      types_of_execution=types_of_execution, ranks=ranks)
         return merge_histograms(frame, rebin=rebin)
@@ -129,7 +135,8 @@ class TableReads:
         ``model.fc1``), module_class (``Linear``), metric (``InputCovMaxEig``, a user
         metric's name, ``loss``), backward_pass (0 unless the metric has a value per
         backward pass of the step), value, vector (a numpy float64 array for spectra,
-        else None), time (wall time). ``module``, ``metric`` and ``steps`` filter (a
+        else None), wall_time (unix time; called ``time`` before the vocabulary was
+        settled, docs/FORMAT.md "Vocabulary"). ``module``, ``metric`` and ``steps`` filter (a
         value or a list). An empty frame for a trial without metrics.
 
         A distributed recording: one rank's rows (``rank``, by default the lowest), or

@@ -33,15 +33,15 @@ from .listing import GroupListing, live_now
 #: what a histogram is of (the ``what`` column)
 WHATS = ("io", "io_grad", "params", "params_grad")
 
-HISTOGRAM_COLUMNS = ["training_step", "type_of_execution", "iteration", "node", "role",
+#: The columns of ``Group.read_histograms``: the files' words (docs/FORMAT.md,
+#: "Vocabulary"): ``module`` the module invocation (older files' and reads' ``node``),
+#: ``time`` the time_log value (no wall time).
+HISTOGRAM_COLUMNS = ["training_step", "type_of_execution", "iteration", "module", "role",
                      "recording_type", "what", "time", "lo", "hi", "counts", "n", "vmin",
                      "vmax", "shared_with", "recorded_as"]
 #: The columns of the reads that come from the histograms table (the last two are added
 #: by the reads).
 STORED_COLUMNS = HISTOGRAM_COLUMNS[:-2]
-#: The files' names of the reads' columns where they differ: the files say ``module``
-#: (docs/FORMAT.md, "Vocabulary"); the reads keep the names they always had.
-FILE_COLUMN = {"node": "module"}
 _PARAM_WHATS = ("params", "params_grad")
 
 
@@ -194,8 +194,19 @@ def shared_of_graph(graph: Any) -> list[dict]:
     return out
 
 
+def modules_argument(modules: Any, nodes: Any) -> Any:
+    """The modules a histograms read filters by: ``modules``, or ``nodes``, its older name
+    (the column was ``node`` before the vocabulary was settled), which still works; a
+    ConfigurationError when both are given."""
+    if nodes is None:
+        return modules
+    if modules is not None:
+        raise ConfigurationError("pass modules= (or nodes=, its older name), not both")
+    return nodes
+
+
 def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
-                    with_rank: bool = False, nodes: Any = None, roles: Any = None,
+                    with_rank: bool = False, modules: Any = None, roles: Any = None,
                     what: Any = None, steps: Any = None, recording_types: Any = None,
                     types_of_execution: Any = None) -> pd.DataFrame:
     """The histograms of a trial's ``ranks`` as one row each (see
@@ -204,24 +215,24 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
     A parameter held by several modules (tied weights) is recorded once, under its first
     holder; its rows are shown under every holder: the recorded rows with ``shared_with``
     naming the other holders' parameters (``model.lm_head.weight``), and one copy per
-    other holder (``node`` and ``role`` that holder's) with ``recorded_as`` naming the
+    other holder (``module`` and ``role`` that holder's) with ``recorded_as`` naming the
     recorded one. Every other row has both empty."""
     shared = index.shared_parameters(trial_id)
-    wanted_nodes, wanted_roles = _as_list(nodes), _as_list(roles)
-    read_nodes, read_roles = wanted_nodes, wanted_roles
-    if shared and (wanted_nodes is not None or wanted_roles is not None):
+    wanted_modules, wanted_roles = _as_list(modules), _as_list(roles)
+    read_modules, read_roles = wanted_modules, wanted_roles
+    if shared and (wanted_modules is not None or wanted_roles is not None):
         # the recorded rows of a holder asked for are read, copied below
         extra = [e["recorded"] for e in shared if any(
-            (wanted_nodes is None or m in wanted_nodes) and (wanted_roles is None or p in
-                                                             wanted_roles)
+            (wanted_modules is None or m in wanted_modules) and (wanted_roles is None or p in
+                                                                 wanted_roles)
             for m, p in e["holders"])]
-        if wanted_nodes is not None:
-            read_nodes = list(wanted_nodes) + [m for m, _p in extra]
+        if wanted_modules is not None:
+            read_modules = list(wanted_modules) + [m for m, _p in extra]
         if wanted_roles is not None:
             read_roles = list(wanted_roles) + [p for _m, p in extra]
     table = _of_ranks(index.table(trial_id, HISTOGRAMS), ranks)
     mask = None
-    for column, wanted in (("module", read_nodes), ("role", read_roles), ("what", what),
+    for column, wanted in (("module", read_modules), ("role", read_roles), ("what", what),
                            ("training_step", steps), ("recording_type", recording_types),
                            ("type_of_execution", types_of_execution)):
         values = _as_list(wanted)
@@ -240,7 +251,7 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
     names = STORED_COLUMNS + ([RANK] if with_rank else [])
     columns = {}
     for name in names:
-        col = table.column(FILE_COLUMN.get(name, name))
+        col = table.column(name)
         if pa.types.is_dictionary(col.type):
             col = col.cast(pa.string())
         if name == "counts":
@@ -252,11 +263,11 @@ def read_histograms(index: WatchIndex, trial_id: str, *, ranks: list[int],
     frame.insert(len(STORED_COLUMNS) + 1, "recorded_as", "")
     if shared and not frame.empty:
         frame = _with_holders(frame, shared)
-        if wanted_nodes is not None:
-            frame = frame[frame["node"].isin([str(n) for n in wanted_nodes])]
+        if wanted_modules is not None:
+            frame = frame[frame["module"].isin([str(m) for m in wanted_modules])]
         if wanted_roles is not None:
             frame = frame[frame["role"].isin([str(r) for r in wanted_roles])]
-    order = ["training_step", "iteration", "what", "node", "role", "recording_type"]
+    order = ["training_step", "iteration", "what", "module", "role", "recording_type"]
     return frame.sort_values(order + ([RANK] if with_rank else []),
                              kind="stable").reset_index(drop=True)
 
@@ -268,7 +279,7 @@ def _with_holders(frame: pd.DataFrame, shared: list[dict]) -> pd.DataFrame:
     parts = [frame]
     for entry in shared:
         (module, name), holders = entry["recorded"], entry["holders"]
-        rows = is_param & (frame["node"] == module) & (frame["role"] == name)
+        rows = is_param & (frame["module"] == module) & (frame["role"] == name)
         if not rows.any():
             continue
         full = [f"{m}.{p}" for m, p in holders]
@@ -279,7 +290,7 @@ def _with_holders(frame: pd.DataFrame, shared: list[dict]) -> pd.DataFrame:
             if (m, p) == (module, name):
                 continue
             copy = original.copy()
-            copy["node"], copy["role"] = m, p
+            copy["module"], copy["role"] = m, p
             copy["shared_with"] = ", ".join(x for x in full if x != f)
             copy["recorded_as"] = recorded
             parts.append(copy)
@@ -287,7 +298,7 @@ def _with_holders(frame: pd.DataFrame, shared: list[dict]) -> pd.DataFrame:
 
 
 #: What identifies one histogram apart from the rank that recorded it.
-HISTOGRAM_KEY = ["training_step", "type_of_execution", "iteration", "node", "role",
+HISTOGRAM_KEY = ["training_step", "type_of_execution", "iteration", "module", "role",
                  "recording_type", "what"]
 EXACT, REBINNED = "exact", "rebinned"
 
@@ -322,7 +333,7 @@ def merge_histograms(frame: pd.DataFrame, rebin: bool = False) -> pd.DataFrame:
             new_lo, new_hi = float(lo[0]), float(hi[0])
         elif not rebin:
             raise ConfigurationError(
-                f"the histograms of {first['node']} {first['role']} ({first['what']}, "
+                f"the histograms of {first['module']} {first['role']} ({first['what']}, "
                 f"{first['recording_type']}) at step {first['training_step']} have different "
                 f"bin edges on ranks {rows[RANK].tolist()} (ranges "
                 f"{', '.join(f'[{a:.4g}, {b:.4g}]' for a, b in zip(lo, hi))}): their counts "

@@ -14,7 +14,7 @@ import pytest
 from comgra_like.app import metric_figures as mfig
 
 COLUMNS = ["training_step", "type_of_execution", "module", "module_class", "metric",
-           "backward_pass", "value", "vector", "time"]
+           "backward_pass", "value", "vector", "wall_time"]
 
 
 def rows(metric: str, module: str, steps, values, *, backward_pass: int = 0,
@@ -24,7 +24,7 @@ def rows(metric: str, module: str, steps, values, *, backward_pass: int = 0,
         "training_step": np.asarray(steps, dtype=np.int64), "type_of_execution": "train",
         "module": module, "module_class": "Linear", "metric": metric,
         "backward_pass": backward_pass, "value": np.asarray(values, dtype=np.float64),
-        "vector": vectors, "time": 0.0}, columns=COLUMNS)
+        "vector": vectors, "wall_time": 0.0}, columns=COLUMNS)
 
 
 def lines(figure: dict) -> list[dict]:

@@ -28,7 +28,7 @@ def frame(outlier: str | None = None, factor: float = 10.0) -> pd.DataFrame:
                 value *= factor
             rows.append({"training_step": s, "type_of_execution": "training", "module": m,
                          "module_class": "Conv1D", "metric": "WeightNorm",
-                         "backward_pass": 0, "value": value, "vector": None, "time": 0.0})
+                         "backward_pass": 0, "value": value, "vector": None, "wall_time": 0.0})
     return pd.DataFrame(rows)
 
 

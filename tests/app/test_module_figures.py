@@ -162,7 +162,7 @@ def hist_rows(steps, values_of, bins=10, shared=None) -> pd.DataFrame:
         values = values_of(step)
         edges = shared if shared is not None else np.linspace(values.min(), values.max(), bins + 1)
         counts, edges = np.histogram(values, bins=edges)
-        rows.append({"training_step": step, "node": "block.conv1", "role": "output 0",
+        rows.append({"training_step": step, "module": "block.conv1", "role": "output 0",
                      "recording_type": "forward", "what": "io", "lo": edges[0],
                      "hi": edges[-1], "counts": counts.astype(np.int64),
                      "vmin": values.min(), "vmax": values.max()})

@@ -80,7 +80,7 @@ def test_histograms_per_rank_are_what_each_rank_computed(job):
     for step in range(STEPS):
         per_rank = {}
         for rank in (0, 1):
-            h = g.read_histograms(trial, nodes=NODE, roles="output 0", what="io",
+            h = g.read_histograms(trial, modules=NODE, roles="output 0", what="io",
                                   steps=step, rank=rank)
             assert len(h) == 1 and "rank" not in h.columns
             out = raw(root, "out", rank, step).astype(np.float64)
@@ -92,9 +92,9 @@ def test_histograms_per_rank_are_what_each_rank_computed(job):
             np.testing.assert_array_equal(row["counts"], counts)
             per_rank[rank] = row
         assert per_rank[0]["n"] != per_rank[1]["n"]  # different data shards
-    default = g.read_histograms(trial, nodes=NODE, what="io")
-    assert default.equals(g.read_histograms(trial, nodes=NODE, what="io", rank=0))
-    both = g.read_histograms(trial, nodes=NODE, what="io", ranks="all")
+    default = g.read_histograms(trial, modules=NODE, what="io")
+    assert default.equals(g.read_histograms(trial, modules=NODE, what="io", rank=0))
+    both = g.read_histograms(trial, modules=NODE, what="io", ranks="all")
     assert sorted(both["rank"].unique()) == [0, 1]
     assert len(both) == 2 * len(default)
 
@@ -104,8 +104,8 @@ def test_merged_histograms_add_counts_exactly_where_edges_agree(job):
     g = open_group(root / "g")
     # DDP: the same weights and (all-reduced) weight gradients on both ranks
     for what in ("params", "params_grad"):
-        both = g.read_histograms(trial, nodes=NODE, what=what, ranks="all")
-        merged = g.read_merged_histograms(trial, nodes=NODE, what=what)
+        both = g.read_histograms(trial, modules=NODE, what=what, ranks="all")
+        merged = g.read_merged_histograms(trial, modules=NODE, what=what)
         assert len(merged) == len(both) // 2 == 2 * STEPS  # weight, bias per step
         assert (merged["merge"] == "exact").all() and (merged["ranks"] == 2).all()
         for _, row in merged.iterrows():
@@ -115,8 +115,8 @@ def test_merged_histograms_add_counts_exactly_where_edges_agree(job):
             assert row["n"] == parts["n"].sum()
     # activations: each rank binned its own range; refused, or re-binned on request
     with pytest.raises(ConfigurationError, match="different bin edges.*rebin=True"):
-        g.read_merged_histograms(trial, nodes=NODE, what="io")
-    rebinned = g.read_merged_histograms(trial, nodes=NODE, roles="output 0", what="io",
+        g.read_merged_histograms(trial, modules=NODE, what="io")
+    rebinned = g.read_merged_histograms(trial, modules=NODE, roles="output 0", what="io",
                                         rebin=True)
     assert (rebinned["merge"] == "rebinned").all()
     for _, row in rebinned.iterrows():
@@ -133,7 +133,7 @@ def test_gradients_are_recorded_after_ddp_averaged_them(job):
     all-reduce (its own end-of-backward callback), so both ranks record the same."""
     root, trial = job
     g = open_group(root / "g")
-    both = g.read_histograms(trial, nodes=NODE, what="params_grad", roles="weight",
+    both = g.read_histograms(trial, modules=NODE, what="params_grad", roles="weight",
                              ranks="all")
     for step in range(STEPS):
         grad = raw(root, "wgrad", 0, step).astype(np.float64)

@@ -45,7 +45,7 @@ def test_training_is_bitwise_the_same_and_the_trial_is_in_the_log_dir(tmp_path):
     assert sorted(stats["training_step"].unique()) == [0, 2, 4]
     assert "model.first" in set(stats["node"])
     hist = g.read_histograms(trial)
-    assert len(hist) and "model.first" in set(hist["node"])
+    assert len(hist) and "model.first" in set(hist["module"])
     val = g.read_statistics(f"{trial}.validation")
     # the sanity check (-1), then the validations after steps 2 and 5 (val_check_interval=3),
     # numbered with the training step they followed

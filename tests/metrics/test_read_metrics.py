@@ -49,7 +49,7 @@ def test_read_and_list_metrics_filters_sorts_and_sees_new_shards(tmp_path):
     frame = group.read_metrics("t")
     assert list(frame.columns) == ["training_step", "type_of_execution", "module",
                                    "module_class", "metric", "backward_pass", "value",
-                                   "vector", "time"]
+                                   "vector", "wall_time"]
     # sorted by (metric, module, training_step, backward_pass)
     assert list(zip(frame.metric, frame.training_step, frame.backward_pass, frame.value)) == [
         ("InputCovMaxEig", 0, 0, 9.0), ("OutputGradSndNorm", 0, 0, 4.0),

@@ -40,7 +40,7 @@ def _same_gradient(group, step, name, used: np.ndarray) -> None:
                                [used64.mean(), np.sqrt((used64 ** 2).sum())], rtol=1e-5)
     h = group.read_histograms("t", steps=step, what="params_grad",
                               recording_types="gradient:optimizer")
-    row = h[(h.node == name.rpartition(".")[0]) & (h.role == name.rpartition(".")[2])]
+    row = h[(h.module == name.rpartition(".")[0]) & (h.role == name.rpartition(".")[2])]
     assert len(row) == 1, (name, len(row))
     counts, _ = np.histogram(used, bins=7, range=(used.min(), used.max()))
     np.testing.assert_array_equal(row.iloc[0].counts, counts)

@@ -71,7 +71,7 @@ def t5(tmp_path_factory):
 
 
 def _params(group, node, what="params"):
-    return group.read_histograms("t", nodes=node, what=what, roles="weight")
+    return group.read_histograms("t", modules=node, what=what, roles="weight")
 
 
 def test_gpt2_lm_head_shows_the_tied_weight(gpt2):
@@ -103,11 +103,11 @@ def test_gpt2_data_recorded_once(gpt2):
     every = open_group(handle.group_path).read_histograms("t", what=["params", "params_grad"])
     recorded = every[every["recorded_as"] == ""]
     # the stored rows: the tied weight once per step and kind, under wte only
-    assert (recorded["node"] == "model.lm_head").sum() == 0
-    assert ((recorded["node"] == "model.transformer.wte")
+    assert (recorded["module"] == "model.lm_head").sum() == 0
+    assert ((recorded["module"] == "model.transformer.wte")
             & (recorded["role"] == "weight")).sum() == 2 * STEPS
     copies = every[every["recorded_as"] != ""]
-    assert set(copies["node"]) == {"model.lm_head"} and len(copies) == 2 * STEPS
+    assert set(copies["module"]) == {"model.lm_head"} and len(copies) == 2 * STEPS
 
 
 def test_t5_shared_embedding_under_every_holder(t5):
@@ -136,7 +136,7 @@ def test_t5_shared_embedding_under_every_holder(t5):
         for a, b in zip(recorded["counts"], rows["counts"]):
             assert np.array_equal(a, b)
     every = group.read_histograms("t", what="params")
-    assert (every[every["recorded_as"] == ""]["node"].isin(holders[1:])).sum() == 0
+    assert (every[every["recorded_as"] == ""]["module"].isin(holders[1:])).sum() == 0
 
 
 def test_t5_modules_page_marks_the_holders(t5):
@@ -155,7 +155,7 @@ def test_t5_modules_page_marks_the_holders(t5):
     head = next(n for n in top.nodes if n.module == "model.lm_head")
     assert "shared with" in head.hover
     # the panel's note, from the rows the page reads
-    frame = group.read_histograms("t", nodes="model.lm_head")
+    frame = group.read_histograms("t", modules="model.lm_head")
     note = module_sharing.panel_note(frame, "params", "weight")
     assert note.startswith("shared with model.shared.weight") and \
         note.endswith("(recorded as model.shared.weight)")

@@ -32,10 +32,10 @@ def every_module_recorded(case: models.Case, watched: models.Run) -> None:
     assert sorted(set(train.training_step)) == RECORDED
     for step in RECORDED:
         at = train[train.training_step == step]
-        io = {n.split("#")[0] for n in at[at.what == "io"].node}
+        io = {n.split("#")[0] for n in at[at.what == "io"].module}
         missing = models.called_modules(case) - io
         assert not missing, (step, sorted(missing))
-        grads = {n.split("#")[0] for n in at[at.what == "io_grad"].node}
+        grads = {n.split("#")[0] for n in at[at.what == "io_grad"].module}
         assert models.ROOT in grads
 
 
@@ -61,7 +61,7 @@ def every_parameter_recorded(watched: models.Run, *, holders: bool) -> None:
         wanted = expected - frozen if what == "params_grad" else expected
         for step in RECORDED:
             rows = h[(h.what == what) & (h.training_step == step)]
-            got = set(zip(rows.node, rows.role))
+            got = set(zip(rows.module, rows.role))
             assert wanted <= got, (what, step, sorted(wanted - got)[:10])
 
 
@@ -77,7 +77,7 @@ def histograms_exact(watched: models.Run) -> None:
         for p_name, p in module.named_parameters(recurse=False):
             sizes[(f"{models.ROOT}.{name}" if name else models.ROOT, p_name)] = p.numel()
     params = h[h.what.isin(["params", "params_grad"])]
-    for node, role, n in zip(params.node, params.role, params.n):
+    for node, role, n in zip(params.module, params.role, params.n):
         assert n == sizes[(node, role)], (node, role, n)
     # module outputs against the shapes of the module graph (-1: the batch)
     graph = group.read_module_graph(watched.trial, RECORDED[0])
@@ -86,7 +86,7 @@ def histograms_exact(watched: models.Run) -> None:
     io = h[(h.what == "io") & (h.training_step == RECORDED[0])
            & (h.type_of_execution != "validation")]
     checked = 0
-    for node, role, n in zip(io.node, io.role, io.n):
+    for node, role, n in zip(io.module, io.role, io.n):
         shape = shapes.get((node, role))
         if shape is None:
             continue

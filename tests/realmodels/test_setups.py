@@ -66,4 +66,4 @@ def test_validation_recorded_after_recorded_steps_only(runs):
     called = models.called_modules(models.CASES["vit"])
     for step in checks.RECORDED:
         io = validation[(validation.training_step == step) & (validation.what == "io")]
-        assert called <= {n.split("#")[0] for n in io.node}, step
+        assert called <= {n.split("#")[0] for n in io.module}, step

@@ -125,7 +125,7 @@ def plain_runs(tmp_path_factory):
 
 def _io_grad(group):
     h = group.read_histograms("t")
-    h = h[h.what == "io_grad"].sort_values(["training_step", "node", "role"])
+    h = h[h.what == "io_grad"].sort_values(["training_step", "module", "role"])
     return h.reset_index(drop=True)
 
 
@@ -135,8 +135,8 @@ def _edges(group, step=0):
 
 def _same_recording(group, reference):
     got, want = _io_grad(group), _io_grad(reference)
-    assert list(zip(got.training_step, got.node, got.role)) == list(
-        zip(want.training_step, want.node, want.role))
+    assert list(zip(got.training_step, got.module, got.role)) == list(
+        zip(want.training_step, want.module, want.role))
     assert (got.n == want.n).all()
     np.testing.assert_allclose(got.vmin, want.vmin, rtol=1e-5, atol=1e-12)
     np.testing.assert_allclose(got.vmax, want.vmax, rtol=1e-5, atol=1e-12)
@@ -152,7 +152,7 @@ def test_gpt2_checkpointing_records_what_no_checkpointing_records(gpt2_runs, mod
     for k, v in runs["none"][0].state_dict().items():
         assert torch.allclose(v, runs[mode][0].state_dict()[k], rtol=1e-5, atol=1e-7), k
     group = runs[mode][1]
-    nodes = set(_io_grad(group).node)
+    nodes = set(_io_grad(group).module)
     assert "model.transformer.h.0.mlp.c_fc" in nodes and "model.transformer.h.1.attn" in nodes
     assert len(_edges(group)) == 43
     _same_recording(group, runs["none"][1])

@@ -65,7 +65,7 @@ def _loop(model, handle=None, steps=3):
 
 
 def _row(h, node, role, what):
-    rows = h[(h.node == node) & (h.role == role) & (h.what == what) & (h.training_step == 0)]
+    rows = h[(h.module == node) & (h.role == role) & (h.what == what) & (h.training_step == 0)]
     assert len(rows) == 1, (node, role, what, len(rows))
     return rows.iloc[0]
 

@@ -54,7 +54,7 @@ def test_submodules_have_hooks_only_during_recorded_forwards(tmp_path):
     assert probe.seen == [True, False, False, True, False, False, True]
     assert watcher.hooks_installed == 3
     assert all_hooks(model) == []
-    h = open_group(handle.group_path).read_histograms("t", nodes="model.0", what="io")
+    h = open_group(handle.group_path).read_histograms("t", modules="model.0", what="io")
     assert sorted(set(h.training_step)) == [0, 3, 6]
 
 

@@ -68,12 +68,12 @@ def test_resnet_like_inplace_relu_and_residual(tmp_path):
     h = group.read_histograms("t")
     assert sorted(set(h.training_step)) == [0, 2, 4]
     assert set(h.what) == {"io", "io_grad", "params", "params_grad"}
-    nodes = set(h.node)
+    nodes = set(h.module)
     # the block's ReLU is called twice per forward: two invocations
     assert {"model.layer1.0.relu", "model.layer1.0.relu#1", "model.layer2.0.downsample.0",
             "model.fc", "model"} <= nodes
     # values as they were when the module returned, before the in-place ReLU changed them
-    io = h[(h.what == "io") & (h.training_step == 0)].set_index(["node", "role"])
+    io = h[(h.what == "io") & (h.training_step == 0)].set_index(["module", "role"])
     assert io.loc[("model.layer1.0.bn1", "output 0"), "vmin"] < 0
     assert io.loc[("model.layer1.0.relu", "input 0"), "vmin"] < 0
     assert io.loc[("model.layer1.0.relu", "output 0"), "vmin"] >= 0
@@ -121,7 +121,7 @@ def test_transformer_block_keyword_arguments_and_dict_outputs(tmp_path):
     assert all_hooks(model) == []
     group = open_group(handle.group_path)
     h = group.read_histograms("t", steps=0)
-    roles = set(zip(h.node, h.role, h.what))
+    roles = set(zip(h.module, h.role, h.what))
     # keyword tensors of MultiheadAttention; its tuple output (attention, None)
     assert {("model.attn", "input query", "io"), ("model.attn", "input value", "io"),
             ("model.attn", "output 0", "io"), ("model.attn", "output 0", "io_grad")} <= roles
@@ -158,10 +158,10 @@ def test_lstm_cell_called_once_per_time_step(tmp_path):
     group = open_group(handle.group_path)
     h = group.read_histograms("t", what="io")
     assert sorted(set(h.training_step)) == [0, 4]
-    cells = sorted({n for n in h.node if n.startswith("model.cell")})
+    cells = sorted({n for n in h.module if n.startswith("model.cell")})
     assert cells == ["model.cell", "model.cell#1", "model.cell#2", "model.cell#3"]
     assert {"input 0", "input 1.0", "input 1.1", "output 0", "output 1"} <= set(
-        h[h.node == "model.cell#2"].role)
+        h[h.module == "model.cell#2"].role)
     graph = group.read_module_graph("t", 4)
     edges = {tuple(e) for e in graph["edges"]}
     for k, nxt in (("model.cell", "model.cell#1"), ("model.cell#1", "model.cell#2"),
@@ -170,5 +170,5 @@ def test_lstm_cell_called_once_per_time_step(tmp_path):
         assert (k, "output 1", nxt, "input 1.1") in edges
     assert ("model.cell#3", "output 0", "model.out", "input 0") in edges
     # the gradient reaches every time step: per-sample norms of 5 samples each
-    g = group.read_histograms("t", what="io_grad", nodes="model.cell", roles="output 0")
+    g = group.read_histograms("t", what="io_grad", modules="model.cell", roles="output 0")
     assert list(g.n) == [5, 5] and all(np.asarray(c).sum() == 5 for c in g.counts)

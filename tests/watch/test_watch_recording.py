@@ -31,7 +31,7 @@ def _watch(model, tmp_path, **kw):
 
 
 def _row(h, node, role, what):
-    rows = h[(h.node == node) & (h.role == role) & (h.what == what)]
+    rows = h[(h.module == node) & (h.role == role) & (h.what == what)]
     assert len(rows) == 1, (node, role, what, len(rows))
     return rows.iloc[0]
 
@@ -154,7 +154,7 @@ def test_several_backward_passes_in_one_step(tmp_path):
     out[:, 1].sum().backward()
     handle.unwatch()
     h = open_group(handle.group_path).read_histograms("t", what="params_grad",
-                                                       nodes="model.net.0", roles="weight")
+                                                       modules="model.net.0", roles="weight")
     assert list(h.recording_type) == ["gradient:backward", "gradient:backward_2"]
     assert h.iloc[0].vmax == first.max().item()  # the gradient after the first backward
 
@@ -198,8 +198,8 @@ def test_the_watch_report_says_why_a_module_has_no_data(tmp_path, caplog):
     logged = [r.getMessage() for r in caplog.records if "modules of model hooked" in r.getMessage()]
     assert len(logged) == 1 and "1 never called" in logged[0]
     h = open_group(handle.group_path).read_histograms("t")
-    assert not ((h.node == "model.act") & (h.what == "io_grad")).any()
-    assert ((h.node == "model.act") & (h.what == "io")).any()
+    assert not ((h.module == "model.act") & (h.what == "io_grad")).any()
+    assert ((h.module == "model.act") & (h.what == "io")).any()
 
 
 class WithAttach(nn.Module):
@@ -219,7 +219,7 @@ def test_attach_records_an_intermediate_tensor(tmp_path):
     model(torch.randn(5, 4)).sum().backward()
     handle.unwatch()
     group = open_group(handle.group_path)
-    h = group.read_histograms("t", nodes="model.scaled")
+    h = group.read_histograms("t", modules="model.scaled")
     assert set(zip(h.role, h.what)) == {("output 0", "io"), ("output 0", "io_grad")}
     edges = {tuple(e) for e in group.read_module_graph("t", 0)["edges"]}
     assert ("model.a", "output 0", "model.scaled", "input 0") in edges
@@ -255,7 +255,7 @@ def test_watch_into_an_existing_recorder(tmp_path):
     assert [t.trial_id for t in group.list_trials()] == ["mine"]
     h = group.read_histograms("mine")
     assert sorted(set(h.training_step)) == [0, 2]
-    assert {"net", "net.net.0"} <= set(h.node)
+    assert {"net", "net.net.0"} <= set(h.module)
     assert set(h[h.what == "io_grad"].recording_type) == {"gradient:loss"}
     stats = group.read_statistics("mine")
     assert {"x", "loss", "net.net.0"} <= set(stats.node)  # by hand and watched, one trial
@@ -318,8 +318,8 @@ def test_a_forward_that_raises_does_not_stop_the_recording(tmp_path):
     group = open_group(handle.group_path)
     h = group.read_histograms("t", what="io")
     assert sorted(set(h.training_step)) == [0, 2, 4]
-    assert "model.b" not in set(h[h.training_step == 2].node)  # never reached in step 2
-    assert {"model.a", "model.b"} <= set(h[h.training_step == 4].node)
+    assert "model.b" not in set(h[h.training_step == 2].module)  # never reached in step 2
+    assert {"model.a", "model.b"} <= set(h[h.training_step == 4].module)
 
 
 @pytest.mark.parametrize("delay", [True, False])
@@ -331,7 +331,7 @@ def test_a_root_called_twice_before_backward(tmp_path, delay):
     for _ in range(4):
         (model(torch.randn(4, 6)).sum() + model(torch.randn(4, 6)).sum()).backward()
     handle.unwatch()
-    h = open_group(handle.group_path).read_histograms("t", what="io", nodes="model",
+    h = open_group(handle.group_path).read_histograms("t", what="io", modules="model",
                                                        roles="input 0")
     steps = list(zip(h.training_step, h.iteration))
     assert steps == ([(0, 0), (0, 1), (2, 0), (2, 1)] if delay

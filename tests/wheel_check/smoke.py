@@ -176,7 +176,7 @@ def check_watch(work: Path) -> None:
     if ids != ["smoke"]:
         raise SmokeFailure(f"watch() recorded trials {ids}, expected ['smoke']")
     histograms = group.read_histograms("smoke")
-    if len(histograms) == 0 or not set(histograms.node).issuperset({"model.0", "model.2"}):
+    if len(histograms) == 0 or not set(histograms.module).issuperset({"model.0", "model.2"}):
         raise SmokeFailure(f"watch() histograms read back: {len(histograms)} rows")
 
 
