@@ -46,10 +46,10 @@ def _frame_digest(df: pd.DataFrame) -> str:
 def record(root: Path) -> dict:
     """Record the tutorial and a watched loop under ``root``; the digest of their reads."""
     import torch
+    from comgra_like.scripts.tutorial import run_tutorial
 
     import comgra_like
     from comgra_like.query import open_group
-    from comgra_like.scripts.tutorial import run_tutorial
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

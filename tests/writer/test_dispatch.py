@@ -5,6 +5,7 @@ refused with the writer's failure."""
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,7 +34,7 @@ class _Hooks(StepProcessor):
         self.calls: list[tuple] = []
         _Hooks.made.append(self)
 
-    made: list[_Hooks] = []
+    made: ClassVar[list[_Hooks]] = []
 
     def configure(self, msg):
         self.calls.append(("configure", msg.config["bins"]))
