@@ -6,15 +6,16 @@ GUI's banner) and the next refresh reads it again. Files that really are damaged
 still reported once and left alone.
 
 The store here is the local disk with a seam that fails the calls a test chooses, the
-way an object store that refuses connections fails them (tests/s3/test_read_outage.py
-does the same against a real S3 server behind a relay that is shut)."""
+way an object store that refuses connections fails them (``flaky.py``; the whole-group
+SQL views and the flight windows: ``test_store_unreachable_sql.py``).
+tests/s3/test_read_outage.py does the same against a real S3 server behind a relay that
+is shut."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,70 +26,15 @@ import comgra_like.query.index as index_module
 import comgra_like.query.tensors as tensors_module
 from comgra_like.errors import StorageError, UnsafePathError
 from comgra_like.format import files as files_module
-from comgra_like.format.files import Files
 from comgra_like.format.layout import compact_name
 from comgra_like.query import open_group
 from comgra_like.query.index import GroupIndex
 
+from .flaky import ALWAYS, FlakyFiles, io_error, refused, timed_out
 from .helpers import copy_group, one_shard_per_step
 
 TRIALS = ["trial_a", "trial_b"]
 RECORDED = [0, 1, 4, 5, 8, 9, 10]
-ALWAYS = -1
-
-
-def refused(what: str) -> OSError:
-    return ConnectionRefusedError(errno.ECONNREFUSED, f"Connection refused (simulated: {what})")
-
-
-def io_error(what: str) -> OSError:
-    return OSError(errno.EIO, f"Input/output error (simulated: {what})")
-
-
-def timed_out(what: str) -> OSError:
-    return TimeoutError(f"timed out (simulated: {what})")
-
-
-class FlakyFiles(Files):
-    """The local disk; the calls a test names fail with a connection-type error."""
-
-    def __init__(self):
-        self.rules: list[list] = []  # [method, part of the path, times left, error]
-        self.calls: Counter[tuple[str, str]] = Counter()
-
-    def fail(self, method: str, part: str, times: int = 1, error=refused) -> None:
-        self.rules.append([method, part, times, error])
-
-    def heal(self) -> None:
-        self.rules.clear()
-
-    def _call(self, method: str, path) -> None:
-        self.calls[(method, str(path))] += 1
-        for rule in self.rules:
-            name, part, left, error = rule
-            if name == method and part in Path(path).as_posix() and left != 0:
-                rule[2] = left - 1
-                raise error(f"{method} {path}")
-
-    def list(self, folder):
-        self._call("list", folder)
-        return super().list(folder)
-
-    def read_json(self, path):
-        self._call("read_json", path)
-        return super().read_json(path)
-
-    def read_parquet(self, path, schema=None, **options):
-        self._call("read_parquet", path)
-        return super().read_parquet(path, schema, **options)
-
-    def parquet_metadata(self, path):
-        self._call("parquet_metadata", path)
-        return super().parquet_metadata(path)
-
-    def arrow(self, path):  # where the query API's tensor reads open a file
-        self._call("arrow", path)
-        return super().arrow(path)
 
 
 @pytest.fixture
