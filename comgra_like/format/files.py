@@ -208,7 +208,9 @@ class Files:
     def list_signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
         """The files in ``folder`` (hidden ones included) with the :meth:`signature` of a
         parquet file, from the listing itself: no request per file on an object store.
-        A link is left out (said once in the log)."""
+        A link is left out (said once in the log). Empty when the folder is not there;
+        StoreUnreachable when it cannot be listed now (never an empty folder: the
+        whole-group SQL views would leave its files out without a word)."""
         out = {}
         if not confine.allowed(folder):
             return out
@@ -221,10 +223,17 @@ class Files:
                         elif e.is_file():
                             st = e.stat()
                             out[e.name] = (st.st_mtime_ns, st.st_size)
-                    except OSError:
+                    except FileNotFoundError:
                         pass  # removed while listed
-        except OSError:
-            pass
+                    except OSError as err:
+                        raise StoreUnreachable(
+                            f"cannot look at {e.path} now ({_said(err)})") from err
+        except StoreUnreachable:
+            raise
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except OSError as e:
+            raise StoreUnreachable(f"cannot list {folder} now ({_said(e)})") from e
         return out
 
     def exists(self, path: Path) -> bool:
@@ -457,11 +466,14 @@ class ObjectFiles(Files):
 
     def list_signatures(self, folder: Path) -> dict[str, tuple[int, int]]:
         """The objects under the prefix ``folder/`` with (modification time, size), from
-        the one listing request (what :meth:`signature` gives a parquet object)."""
+        the one listing request (what :meth:`signature` gives a parquet object).
+        StoreUnreachable when the store cannot be reached now."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.key(folder),
                                                             allow_not_found=True))
         except (OSError, pa.ArrowException) as e:
+            if unreachable(e):
+                raise self._unreachable("list", folder, e) from None
             raise StorageError(f"cannot list {self.display(folder)}: "
                                f"{' '.join(str(e).split())}") from None
         return {i.base_name: (i.mtime_ns or 0, i.size) for i in infos
