@@ -1,5 +1,7 @@
 """The files of a group that a whole-group reader reads (no DuckDB needed): the trials
-shown, each table's live shards with their columns, the damaged files left out. The SQL
+shown, each table's live shards with their columns, the damaged files left out. A file
+the store could not be read now is neither damaged nor absent: the look raises
+StoreUnreachable (a StorageError) and nothing is remembered of it. The SQL
 views (``query/sql.py``) and the Spark data source (``query/spark.py``) are built on one
 :meth:`GroupFiles.list`; it looks at the group through the query API's listing seam
 (``query/listing.py``), each folder once with its objects' signatures.
@@ -19,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import NotFoundError
-from ..format.files import Files, files_for
+from ..format.files import Files, StoreUnreachable, files_for, unreachable
 from ..format.layout import (
     LEGACY_NOTES_JSONL,
     NOTES_DIR,
@@ -170,6 +172,10 @@ class GroupFiles:
         except FileNotFoundError:
             return None  # deleted while listed
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
+            if unreachable(e):
+                # not a trial to leave out of the answer without a word, nor a damaged
+                # file: this look at the group fails, the next one reads it again
+                raise _now(shown, e) from e
             skipped[shown] = SkippedFile(shown, f"unreadable trial.json ({reason_of(e)})")
             return None
         if version > SCHEMA_VERSION:
@@ -227,7 +233,9 @@ class GroupFiles:
                        else [n for n in expected.names if n not in present])
             if missing:
                 problem = f"not a {table} shard (no column {', '.join(missing)})"
-        except Exception as e:  # noqa: BLE001 - any damage is reported, never fatal
+        except Exception as e:  # any damage is reported, never fatal
+            if unreachable(e):
+                raise _now(self.files.display(location), e) from e  # not remembered
             problem = f"unreadable shard ({reason_of(e)})"
         with self._lock:
             before = self._checked.get(str(location))
@@ -237,6 +245,11 @@ class GroupFiles:
         return problem, schema
 
     def mark_damaged(self, shard: Shard, exc: BaseException) -> None:
+        """Leave ``shard`` out while its signature stays the same, because reading it
+        raised ``exc``; StoreUnreachable instead when ``exc`` says the store could not be
+        read now (nothing is marked: the next read tries it again)."""
+        if unreachable(exc):
+            raise _now(shard.path, exc) from exc
         reason = f"unreadable shard ({reason_of(exc)})"
         location = Path(shard.location)
         with self._lock:
@@ -256,9 +269,17 @@ class GroupFiles:
         query API."""
         try:
             data = self.files.read_bytes(layout.root / LEGACY_NOTES_JSONL)
-        except (OSError, pa.ArrowException):
+        except (OSError, pa.ArrowException) as e:
+            if unreachable(e):
+                raise _now(self.files.display(layout.root / LEGACY_NOTES_JSONL), e) from e
             return []
         return legacy_note_rows(layout.trial_id, data)
+
+
+def _now(shown: str, exc: BaseException) -> StoreUnreachable:
+    return StoreUnreachable(f"{shown} could not be read now ({reason_of(exc)}); nothing "
+                            "was left out or marked damaged: try again when the store "
+                            "answers")
 
 
 def legacy_note_rows(trial_id: str, data: bytes) -> list[dict]:

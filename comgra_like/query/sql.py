@@ -8,7 +8,10 @@ column; ``trials`` holds one row per trial from its ``trial.json``.
 Only final names are read: hidden names (files being written) never, and of a table's
 shards only those no compacted file supersedes (``layout.live_shards``), as the query API
 does. A damaged file is left out and reported in :attr:`GroupSQL.skipped` (the query API's
-``Group.skipped``), or raises a :class:`StorageError` with ``damaged="raise"``.
+``Group.skipped``), or raises a :class:`StorageError` with ``damaged="raise"``. A file the
+store could not read now (a connection refused, a timeout, an I/O error) is not damaged:
+the listing or the query raises a ``StoreUnreachable`` (a :class:`StorageError`), nothing
+is left out or marked, and the next query or refresh reads it again.
 
 The group may be on S3 (``s3://bucket/prefix/group``): it is listed and read through the
 filesystem seam (``format.files.files_for``, endpoint and credentials from the ``AWS_*``
@@ -23,6 +26,7 @@ a connection is made: the GUI, the rest of the query API and the writer never lo
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -34,6 +38,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from ..errors import ConfigurationError, StorageError
+from ..format.files import StoreUnreachable, unreachable
 from ..format.layout import NOTES_DIR
 from ..format.schema import FILE_SCHEMAS, OLD_COLUMN_NAMES, RANK, RANK_FIELD
 from .group_files import SHARD_TABLES, FilesListing, GroupFiles, Shard
@@ -55,6 +60,10 @@ _MAX_ATTEMPTS = 4
 _FILE_COLUMN = "__comgra_file"
 # The trial's folder name in a dataset over objects (a column of every row of a file).
 _TRIAL_COLUMN = "__comgra_trial"
+# What the system says (DuckDB passes it on in its message) of a read that may work later.
+_NOW_WORDS = tuple(os.strerror(n) for n in (
+    errno.EIO, errno.ESTALE, errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT,
+    errno.EAGAIN, errno.EHOSTUNREACH, errno.ENETUNREACH)) + ("timed out",)
 
 
 def remote_parquet_format() -> pads.ParquetFileFormat:
@@ -282,7 +291,12 @@ class GroupSQL:
                                and not isinstance(e, self._input_error))
                 if not (query_error and self._file_named_in(str(e)) is None):
                     attempt += 1
-                    if attempt < _MAX_ATTEMPTS and self._recover(e):
+                    try:
+                        recovered = attempt < _MAX_ATTEMPTS and self._recover(e)
+                    except StoreUnreachable as now:
+                        raise StoreUnreachable(
+                            f"the query over {self.location} was not answered: {now}") from e
+                    if recovered:
                         continue
                 if isinstance(e, self._query_errors):
                     raise ConfigurationError(
@@ -293,14 +307,31 @@ class GroupSQL:
     def _recover(self, exc: BaseException) -> bool:
         """After a failed read: list the group again (a file vanished, was replaced or
         changed since the listing) and, when that changes nothing, read each listed file
-        whole to find the damaged one. Whether the views changed (run the query again)."""
+        whole to find the damaged one. Whether the views changed (run the query again).
+
+        A file is marked damaged only when it is: the file a failed read names is read
+        whole through the seam first. StoreUnreachable when that read, or a listing, could
+        not be made now (nothing is marked); when it reads now and the failure was one
+        that may pass (an I/O error, a timeout), the query is run again unmarked."""
         before = self._listing
         named = self._file_named_in(str(exc))
+        passed = False
         if named is not None and self._files.exists(named):
-            self._files.mark_damaged(named, exc)
+            try:
+                self._files.read_whole(named)
+            except FileNotFoundError:
+                pass  # gone since: the listing below leaves it out
+            except Exception as e:  # noqa: BLE001 - any damage is reported
+                if unreachable(e):
+                    self._files.mark_damaged(named, e)  # raises StoreUnreachable
+                self._files.mark_damaged(named, exc)
+            else:
+                passed = _may_pass(str(exc))
+                if not passed:  # DuckDB cannot read what pyarrow reads: as damaged
+                    self._files.mark_damaged(named, exc)
         self._listing = self._files.list()
         self._skipped = dict(self._listing.skipped)
-        changed = before is None or _files(before) != _files(self._listing)
+        changed = passed or before is None or _files(before) != _files(self._listing)
         if not changed:
             for shards in self._listing.shards.values():
                 for shard in shards:
@@ -333,6 +364,13 @@ class GroupSQL:
                 if shard.path in message or key in message:
                     return shard
         return None
+
+
+def _may_pass(message: str) -> bool:
+    """Whether a reader's error message says the read may work later (the store's or the
+    system's words for it), not that the file is damaged."""
+    return (unreachable(OSError(message))
+            or any(word.lower() in message.lower() for word in _NOW_WORDS))
 
 
 def _files(listing: FilesListing) -> set[str]:
