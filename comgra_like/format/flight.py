@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import StorageError
-from .files import Files, files_for
+from .files import Files, StoreUnreachable, files_for, unreachable
 from .layout import TrialLayout
 
 FLIGHT_DIR = "flight"
@@ -113,20 +113,30 @@ def write_window(trial_path: str | Path, seq: int, rank: int, trigger: Mapping[s
 
 
 def list_windows(trial_path: str | Path, files: Files | None = None) -> list[dict]:
-    """The committed windows of a trial (their trigger records), oldest first per rank."""
+    """The committed windows of a trial (their trigger records), oldest first per rank.
+
+    A damaged record is skipped like a damaged shard. A folder or record the store could
+    not read now (a connection refused, a timeout, an I/O error) raises StoreUnreachable
+    (a StorageError): a window never vanishes from the list without a word; the next
+    call reads it again."""
     folder = flight_folder(trial_path)
     files = files or files_for(folder)
-    if not files.is_dir(folder):
-        return []
     out = []
-    for fname in sorted(files.list(folder)):
+    # empty when there is no folder; StoreUnreachable (not empty) when it cannot be
+    # listed now
+    for fname in sorted(files.list_now(folder)):
         m = _NAME_RE.match(fname)
         if not m:
             continue
         try:
             record = files.read_json(folder / fname)
-        except (OSError, ValueError, StorageError):
-            continue  # damaged: skipped like a damaged shard
+        except (OSError, ValueError, StorageError) as e:
+            if unreachable(e):
+                raise StoreUnreachable(
+                    f"the flight window {fname[:-len('.json')]} of {files.display(folder)} "
+                    f"could not be read now ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())}); it is read again at the next call") from e
+            continue  # damaged (or deleted since): skipped like a damaged shard
         if not isinstance(record, dict) or record.get("format_version", 0) > FLIGHT_FORMAT_VERSION:
             continue
         out.append(record)

@@ -1,9 +1,9 @@
-"""The whole-group SQL views when the store cannot be read *now* (issue 28, the rest of
-test_store_unreachable.py): a read that fails for a reason that may pass fails that
-listing or that query with a StorageError that says so; it never leaves a trial or a
-file out without a word, and never marks a file damaged for good. The next query or
-refresh reads it again. Truly damaged files are still skipped as before. The store is
-the flaky seam of ``flaky.py``."""
+"""The whole-group SQL views and the flight windows when the store cannot be read *now*
+(issue 28, the rest of test_store_unreachable.py): a read that fails for a reason that
+may pass fails that listing or that query with a StorageError that says so; it never
+leaves a trial, a file or a window out without a word, and never marks a file damaged
+for good. The next query or refresh reads it again. Truly damaged files and records are
+still skipped as before. The store is the flaky seam of ``flaky.py``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+import comgra_like.format.flight as flight_module
 import comgra_like.query.group_files as group_files_module
 from comgra_like.errors import StorageError
+from comgra_like.format.flight import STATS_SCHEMA, list_windows, write_window
+from comgra_like.query import open_group
 from comgra_like.query.sql import connect
 
 from .flaky import ALWAYS, FlakyFiles, io_error
@@ -27,9 +30,10 @@ NOW = "could not be read now"
 
 @pytest.fixture
 def flaky(monkeypatch) -> FlakyFiles:
-    """A flaky seam under every group the SQL views look at."""
+    """A flaky seam under every group the SQL views and the flight reader look at."""
     files = FlakyFiles()
     monkeypatch.setattr(group_files_module, "files_for", lambda path: files)
+    monkeypatch.setattr(flight_module, "files_for", lambda path: files)
     return files
 
 
@@ -157,3 +161,36 @@ def test_a_damaged_file_found_by_a_query_is_still_left_out(group, flaky):  # noq
     assert [Path(s.path).name for s in db.skipped] == [shard.name]
     assert "unreadable shard" in db.skipped[0].reason
 
+
+# --- flight windows -------------------------------------------------------------------------
+
+
+def windows(trial: Path, n: int) -> list[str]:
+    stats = {f.name: [] for f in STATS_SCHEMA}
+    return [write_window(trial, seq, 0, {"kind": "loss_spike", "step": 10 * seq,
+                                         "window": [10 * seq - 3, 10 * seq]}, stats, [])
+            for seq in range(1, n + 1)]
+
+
+def test_a_flight_window_that_could_not_be_read_now_is_not_left_out(group):  # noqa: F811
+    trial = group / "trials" / "trial_a"
+    names = windows(trial, 3)
+    files = FlakyFiles()
+    files.fail("read_json", f"{names[1]}.json", 1)
+    with pytest.raises(StorageError, match=NOW) as raised:
+        list_windows(trial, files)  # never the list without it
+    assert names[1] in str(raised.value)
+    assert [w["name"] for w in list_windows(trial, files)] == names
+
+
+def test_flight_triggers_during_a_read_outage_raise_and_come_back(group, flaky):  # noqa: F811
+    trial = group / "trials" / "trial_a"
+    names = windows(trial, 3)
+    damaged = trial / "flight" / "0009-r0-step90.json"
+    damaged.write_text("{ not json")  # truly damaged: skipped as before
+    g = open_group(group)
+    flaky.fail("read_json", f"{names[2]}.json", ALWAYS, io_error)
+    with pytest.raises(StorageError, match=NOW):
+        g.list_flight_triggers("trial_a")
+    flaky.heal()
+    assert [t.name for t in g.list_flight_triggers("trial_a")] == names
