@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from comgra_like.errors import ComgraError
+from comgra_like.query import StoreUnreachable
 from comgra_like.query.cache import ByteLRU
 
 #: At most this many unforeseen read failures are kept for the banner (the log has all).
 MAX_READ_PROBLEMS = 50
+#: How the banner begins a piece that the store could not give now (cleared once read).
+UNREACHABLE_NOW = "could not be read now, read again at the next refresh"
 #: The last this many refreshes are kept (:meth:`GroupRefresh.refreshes`).
 KEEP_REFRESHES = 50
 log = logging.getLogger("comgra_like.app")
@@ -233,12 +236,20 @@ class GroupRefresh:
     def safely(self, where: str, read: Callable[[], Any], default: Any) -> Any:
         """``read()``, or ``default`` when the data is missing or damaged.
 
-        The query API reports damaged files itself (``Group.skipped``); anything else that
-        fails is a problem nobody foresaw: it is logged and shown in the banner under
-        ``where``, and the page goes on without that piece.
+        The query API reports damaged files itself (``Group.skipped``); a store that could
+        not be read now (``StoreUnreachable``) is said in the banner under ``where`` until
+        a read there works again; anything else that fails is a problem nobody foresaw:
+        it is logged and shown in the banner under ``where``, and the page goes on
+        without that piece.
         """
         try:
-            return read()
+            value = read()
+        except StoreUnreachable as exc:
+            text = " ".join(str(exc).split())
+            with self._lock:
+                if where in self._read_problems or len(self._read_problems) < MAX_READ_PROBLEMS:
+                    self._read_problems[where] = f"{UNREACHABLE_NOW} ({text})"
+            return default
         except ComgraError:
             return default
         except Exception as exc:  # one unreadable piece must not break the page
@@ -248,6 +259,11 @@ class GroupRefresh:
                 if len(self._read_problems) < MAX_READ_PROBLEMS:
                     self._read_problems[where] = f"reading failed ({type(exc).__name__}: {text})"
             return default
+        if self._read_problems:
+            with self._lock:
+                if self._read_problems.get(where, "").startswith(UNREACHABLE_NOW):
+                    del self._read_problems[where]  # read again: the store is back
+        return value
 
     def cache_usage(self) -> dict[str, int]:
         """Bytes held and allowed by the one cache (the query API's tables and what the

@@ -18,6 +18,7 @@ Needs numpy, pandas and pyarrow; never torch or dash.
 
 from __future__ import annotations
 
+from ..format.files import StoreUnreachable
 from ..format.trial import flight_triggers
 from .cache import ByteLRU, estimate_bytes
 from .flight import read_flight_statistics, statistics_with_flight
@@ -54,6 +55,7 @@ __all__ = [
     "ParameterInfo",
     "RefreshReport",
     "SkippedFile",
+    "StoreUnreachable",
     "TensorRecord",
     "TrialChange",
     "TrialInfo",

@@ -61,3 +61,30 @@ def test_a_gui_started_during_an_outage_says_so_and_shows_the_group_once_back(gr
     data.refresh(force=True)
     assert data.trial_ids() == TRIALS
     assert data.status().as_dict()["skipped"] == []
+
+
+def test_a_page_read_the_store_cannot_answer_is_said_until_it_works_again(group):
+    # the pages' reads go through AppData.safely (the Flight page's triggers, windows,
+    # KPIs): a store that cannot answer now was swallowed like a missing file, so the
+    # Flight page showed no triggers without a word while the store was away
+    from comgra_like.query import StoreUnreachable
+
+    data = AppData(group, refresh_seconds=0)
+    where = "flight triggers of trial_a"
+
+    def away():
+        raise StoreUnreachable("trials/trial_a/flight: connection refused")
+
+    assert data.safely(where, away, []) == []
+    said = dict(data.status().as_dict()["skipped"])
+    assert "could not be read now" in said[where] and "connection refused" in said[where]
+    assert data.safely(where, lambda: ["window"], []) == ["window"]
+    assert where not in dict(data.status().as_dict()["skipped"])
+    # a missing or damaged piece is still the query API's to report, not the banner's
+    from comgra_like.errors import NotFoundError
+
+    def missing():
+        raise NotFoundError("no such trial")
+
+    assert data.safely("notes of trial_a", missing, None) is None
+    assert "notes of trial_a" not in dict(data.status().as_dict()["skipped"])
