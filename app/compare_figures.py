@@ -2,8 +2,8 @@
 by a config value with their mean and band, the overlay figure and the trials table's
 columns and rows.
 
-No Dash callbacks, no data access: numpy, pandas and plotly only, so that unit tests
-call every function here directly.
+No Dash callbacks, no data access: numpy and pandas only, figures as dicts (as in
+app/figures.py), so that unit tests call every function here directly.
 
 A series is a pair of arrays ``(steps, values)`` of one trial. Trials may have recorded
 different steps: :func:`align` puts them on the union of their steps (NaN where a trial
@@ -20,11 +20,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from comgra_like.query.trials import CONFIG_PREFIX, FINDINGS_PREFIX, KPI_PREFIX
 
+from . import figures
 from .graph_figure import ColorScale, NodeValue, Paint, color_scale
+from .plot_text import plot_text
+from .typed_figures import typed_array
+
+Figure = dict  # a plotly figure as a dict: {"data": [...], "layout": {...}}
 
 Series = tuple[np.ndarray, np.ndarray]
 
@@ -155,34 +159,34 @@ def _natural(label: str) -> tuple:
 # --- figures --------------------------------------------------------------------------
 
 
-def empty_figure(message: str, height: int = 380) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(height=height, margin={"l": 40, "r": 20, "t": 30, "b": 30},
-                      xaxis={"visible": False}, yaxis={"visible": False},
-                      annotations=[{"text": message, "showarrow": False, "x": 0.5, "y": 0.5,
-                                    "xref": "paper", "yref": "paper",
-                                    "font": {"size": 14, "color": "#666"}}],
-                      plot_bgcolor="white")
-    return fig
+def empty_figure(message: str, height: int = 380) -> Figure:
+    """A blank figure that says why there is nothing to draw."""
+    return figures.empty_figure(message, height)
 
 
 def overlay_figure(series: Mapping[str, Series], title: str, *, weight: float = 0.0,
                    groups: Mapping[str, Sequence[str]] | None = None,
                    band: str = BAND_STD, group_key: str | None = None,
-                   height: int = 420) -> go.Figure:
+                   height: int = 420) -> Figure:
     """One line per trial (``groups`` None), or per group its mean with a band; the
     x axis is the training step. Smoothing (``weight``) applies to each trial's points
-    before grouping. Trials without points are left out (the title counts them)."""
+    before grouping. Trials without points are left out (the title counts them).
+
+    A figure dict with typed arrays (app/figures.py's convention): a ``go.Figure`` of 20
+    trials x 1,000 steps took ~40 ms to build and ~15 ms to encode, the dict ~13 and
+    ~10. ``title``, trial ids and config values are plain text (escaped here)."""
     shown = {t: (s, smooth(v, weight)) for t, (s, v) in series.items() if len(s)}
     if not shown:
         return empty_figure("No values of this quantity in the selected trials.", height)
-    fig = go.Figure()
+    traces: list[dict] = []
     if groups is None:
         for i, (trial, (s, v)) in enumerate(shown.items()):
-            fig.add_trace(go.Scatter(
-                x=s, y=v, mode="lines" if len(s) > 1 else "markers", name=trial,
-                line={"color": COLOURS[i % len(COLOURS)], "width": 1.6},
-                hovertemplate=f"{trial}<br>step %{{x}}<br>%{{y:.4g}}<extra></extra>"))
+            name = plot_text(trial)
+            traces.append({
+                "type": "scatter", "x": typed_array(s), "y": typed_array(v),
+                "mode": "lines" if len(s) > 1 else "markers", "name": name,
+                "line": {"color": COLOURS[i % len(COLOURS)], "width": 1.6},
+                "hovertemplate": f"{name}<br>step %{{x}}<br>%{{y:.4g}}<extra></extra>"})
     else:
         for i, (label, members) in enumerate(groups.items()):
             present = {t: shown[t] for t in members if t in shown}
@@ -191,27 +195,25 @@ def overlay_figure(series: Mapping[str, Series], title: str, *, weight: float = 
             steps, matrix = align(present)
             stats = group_stats(steps, matrix, band)
             colour = COLOURS[i % len(COLOURS)]
-            name = f"{group_key}={label} ({len(present)})" if group_key else label
+            name = plot_text(f"{group_key}={label} ({len(present)})" if group_key else label)
             if band != BAND_NONE:
-                fig.add_trace(go.Scatter(
-                    x=np.r_[steps, steps[::-1]],
-                    y=np.r_[stats["upper"], stats["lower"][::-1]],
-                    fill="toself", fillcolor=_transparent(colour), line={"width": 0},
-                    hoverinfo="skip", showlegend=False, name=f"{name} band"))
-            fig.add_trace(go.Scatter(
-                x=steps, y=stats["mean"], mode="lines", name=name,
-                line={"color": colour, "width": 2},
-                customdata=stats["count"],
-                hovertemplate=f"{name}<br>step %{{x}}<br>mean %{{y:.4g}} of "
-                              "%{customdata} trials<extra></extra>"))
-    fig.update_layout(
-        height=height, margin={"l": 50, "r": 20, "t": 40, "b": 40}, title={"text": title, "x": 0.01,
-                                                                   "font": {"size": 14}},
-        xaxis_title="training step", plot_bgcolor="white", hovermode="closest",
+                traces.append({
+                    "type": "scatter", "x": typed_array(np.r_[steps, steps[::-1]]),
+                    "y": typed_array(np.r_[stats["upper"], stats["lower"][::-1]]),
+                    "fill": "toself", "fillcolor": _transparent(colour), "line": {"width": 0},
+                    "hoverinfo": "skip", "showlegend": False, "name": f"{name} band"})
+            traces.append({
+                "type": "scatter", "x": typed_array(steps), "y": typed_array(stats["mean"]),
+                "mode": "lines", "name": name, "line": {"color": colour, "width": 2},
+                "customdata": typed_array(stats["count"]),
+                "hovertemplate": f"{name}<br>step %{{x}}<br>mean %{{y:.4g}} of "
+                                 "%{customdata} trials<extra></extra>"})
+    layout = figures.base_layout(
+        plot_text(title), height=height, margin={"l": 50, "r": 20, "t": 40, "b": 40},
+        xaxis=figures.axis("training step", zeroline=False),
+        yaxis=figures.axis(zeroline=False), hovermode="closest",
         legend={"font": {"size": 11}}, uirevision=title)
-    fig.update_xaxes(gridcolor="#eee", zeroline=False)
-    fig.update_yaxes(gridcolor="#eee", zeroline=False)
-    return fig
+    return {"data": traces, "layout": layout}
 
 
 def _transparent(colour: str, alpha: float = 0.18) -> str:

@@ -316,11 +316,11 @@ def overlay_view(data: AppData, timings: Any, trials: list | None, value: str | 
         return cf.empty_figure("Nothing of this kind in the ticked trials.")
     statistic = statistic or "mean"
     started = time.perf_counter()
-    series = {t: data_of.series(data, t, quantity, statistic) for t in trials}
+    series = data_of.series_of(data, trials, quantity, statistic)
     timings.record("compare.series", time.perf_counter() - started)
     figure = overlay_figure(data, series, quantity, statistic, weight, group_by, band)
-    if log_y:
-        figure.update_yaxes(type="log")
+    if log_y and figure["data"]:
+        figure["layout"]["yaxis"]["type"] = "log"
     timings.record("compare.overlay", time.perf_counter() - started)
     return figure
 

@@ -14,6 +14,7 @@ from comgra_like.app import compare_figures as cf
 from comgra_like.app.data import AppData
 from comgra_like.app.pages import compare
 from comgra_like.app.timings import Timings
+from comgra_like.app.typed_figures import typed_values
 from dash import no_update
 from torch import nn
 
@@ -112,6 +113,25 @@ def test_a_tensor_statistic_across_trials_that_recorded_other_steps(sweep):
     steps, matrix = cf.align({"a": a, "b": b})
     assert steps.tolist() == [0, 1, 2, 4, 6, 7]
     assert np.isnan(matrix[0, 1]) and np.isnan(matrix[1, 0])
+    # the tensor's statistics were read together: another statistic reads nothing
+    reads = []
+    original = data.group.read_statistics
+    data.group.read_statistics = lambda *a, **k: reads.append(a) or original(*a, **k)
+    try:
+        std = cd.series(data, "lr0.2-s1", out, "std")
+    finally:
+        del data.group.read_statistics
+    assert reads == []
+    expected = data.group.read_statistics("lr0.2-s1", nodes="out", roles=out[3],
+                                          recording_types="forward",
+                                          aggregations="batch_mean", statistics="std")
+    assert np.allclose(std[1], expected.sort_values("training_step")["std"])
+    # several trials are read in threads: the same series, in the trials' order
+    together = cd.series_of(data, ["lr0.2-s1", "lr0.2-s0", "lr0.05-s1"], out, "norm")
+    assert list(together) == ["lr0.2-s1", "lr0.2-s0", "lr0.05-s1"]
+    for trial, (steps, values) in together.items():
+        alone = cd.series(data, trial, out, "norm")
+        assert np.array_equal(steps, alone[0]) and np.array_equal(values, alone[1])
 
 
 def test_grouped_by_lr_each_group_mean_is_numpys_over_its_trials(sweep):
@@ -123,7 +143,8 @@ def test_grouped_by_lr_each_group_mean_is_numpys_over_its_trials(sweep):
     quantity = [cd.KPI, "loss", ""]
     series = {t: cd.series(data, t, quantity) for t in trials}
     fig = cf.overlay_figure(series, "loss", groups=groups, group_key="optim.lr")
-    means = {tr.name: np.asarray(tr.y) for tr in fig.data if not tr.name.endswith("band")}
+    means = {tr["name"]: typed_values(tr["y"]) for tr in fig["data"]
+             if not tr["name"].endswith("band")}
     # lr 0.05: both trials recorded steps 0, 2, 4, 6: the mean is numpy's
     stacked = np.vstack([series[t][1] for t in groups["0.05"]])
     assert np.allclose(means["optim.lr=0.05 (2)"], stacked.mean(axis=0))

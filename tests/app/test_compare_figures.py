@@ -3,10 +3,13 @@ value with their mean and band, the overlay figure and the trials table's rows."
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 from comgra_like.app import compare_figures as cf
+from comgra_like.app.typed_figures import typed_values
 
 
 def test_as_series_sorts_by_step_and_keeps_the_last_of_a_repeated_step():
@@ -90,20 +93,32 @@ def test_overlay_has_one_line_per_trial_or_per_group_with_its_band():
     series = {f"t{i}": cf.as_series(np.arange(10), np.arange(10) * (i + 1.0)) for i in range(4)}
     series["empty"] = cf.as_series([], [])
     fig = cf.overlay_figure(series, "loss")
-    assert [t.name for t in fig.data] == ["t0", "t1", "t2", "t3"]
-    assert list(fig.data[2].y) == list(np.arange(10) * 3.0)
+    assert [t["name"] for t in fig["data"]] == ["t0", "t1", "t2", "t3"]
+    assert list(typed_values(fig["data"][2]["y"])) == list(np.arange(10) * 3.0)
+    assert list(typed_values(fig["data"][2]["x"])) == list(range(10))
     smoothed = cf.overlay_figure(series, "loss", weight=0.5)
-    assert list(smoothed.data[1].y) == list(cf.smooth(np.arange(10) * 2.0, 0.5))
+    assert list(typed_values(smoothed["data"][1]["y"])) == list(cf.smooth(np.arange(10) * 2.0,
+                                                                          0.5))
     groups = {"0.1": ["t0", "t1"], "0.3": ["t2", "t3"]}
     fig = cf.overlay_figure(series, "loss", groups=groups, group_key="lr")
-    names = [t.name for t in fig.data]
+    names = [t["name"] for t in fig["data"]]
     assert names == ["lr=0.1 (2) band", "lr=0.1 (2)", "lr=0.3 (2) band", "lr=0.3 (2)"]
-    assert np.allclose(fig.data[1].y, np.arange(10) * 1.5)
-    upper = np.asarray(fig.data[0].y)[:10]
+    assert np.allclose(typed_values(fig["data"][1]["y"]), np.arange(10) * 1.5)
+    upper = typed_values(fig["data"][0]["y"])[:10]
     assert np.allclose(upper, np.arange(10) * 1.5 + np.arange(10) * 0.5)
     fig = cf.overlay_figure(series, "loss", groups=groups, band=cf.BAND_NONE)
-    assert len(fig.data) == 2
-    assert cf.overlay_figure({"e": cf.as_series([], [])}, "x").layout.annotations
+    assert len(fig["data"]) == 2
+    assert cf.overlay_figure({"e": cf.as_series([], [])}, "x")["layout"]["annotations"]
+
+
+def test_overlay_figure_shows_names_as_text_and_is_json():
+    series = {"<b>lr</b>%{x}": cf.as_series([0, 1], [1.0, 2.0])}
+    fig = cf.overlay_figure(series, "mean of <i>x</i>")
+    trace = fig["data"][0]
+    assert trace["name"] == "&lt;b&gt;lr&lt;/b&gt;&#37;{x}"
+    assert trace["hovertemplate"].startswith("&lt;b&gt;lr&lt;/b&gt;&#37;{x}<br>")
+    assert fig["layout"]["title"]["text"] == "mean of &lt;i&gt;x&lt;/i&gt;"
+    json.dumps(fig)  # plain JSON: what Dash sends
 
 
 def test_table_rows_carry_the_trial_id_and_search_every_column():

@@ -16,6 +16,7 @@ from comgra_like.app import compare_figures as cf
 from comgra_like.app.data import AppData
 from comgra_like.app.pages import compare
 from comgra_like.app.timings import Timings
+from comgra_like.app.typed_figures import typed_values
 
 pytest.importorskip("torch")
 
@@ -101,17 +102,18 @@ def test_module_metrics_overlaid_across_trials_and_grouped_by_lr(watched):
     # the page's overlay: one line per ticked trial, titled by the metric and module
     figure = compare.overlay_view(data, Timings(), trials, cd.encode(quantity), "mean", 0,
                                   compare.NO_GROUPING, cf.BAND_STD, [])
-    assert [t.name for t in figure.data] == trials
-    assert figure.layout.title.text == "WeightNorm of model.stem"
-    assert np.array_equal(figure.data[2].y, series["lr0.3-s0"][1])
+    assert [t["name"] for t in figure["data"]] == trials
+    assert figure["layout"]["title"]["text"] == "WeightNorm of model.stem"
+    assert np.array_equal(typed_values(figure["data"][2]["y"]), series["lr0.3-s0"][1])
     # grouped by the config's lr: each group's mean is numpy's over its two trials
     figure = compare.overlay_view(data, Timings(), trials, cd.encode(quantity), "mean", 0,
                                   "lr", cf.BAND_MINMAX, [])
-    lines = {t.name: t for t in figure.data if not t.name.endswith(" band")}
+    lines = {t["name"]: typed_values(t["y"]) for t in figure["data"]
+             if not t["name"].endswith(" band")}
     assert sorted(lines) == ["lr=0.01 (2)", "lr=0.3 (2)"]
     for name, members in (("lr=0.01 (2)", trials[:2]), ("lr=0.3 (2)", trials[2:])):
         stacked = np.vstack([series[t][1] for t in members])
-        assert np.allclose(lines[name].y, stacked.mean(axis=0))
-    band = next(t for t in figure.data if t.name == "lr=0.3 (2) band")
-    assert np.allclose(np.asarray(band.y)[:3], np.vstack(
+        assert np.allclose(lines[name], stacked.mean(axis=0))
+    band = next(t for t in figure["data"] if t["name"] == "lr=0.3 (2) band")
+    assert np.allclose(typed_values(band["y"])[:3], np.vstack(
         [series[t][1] for t in trials[2:]]).max(axis=0))
