@@ -18,6 +18,7 @@ Reads go through ``app/compare_data.py``; figures and table rows are built by
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
@@ -54,9 +55,13 @@ SMOOTHING = "compare-smoothing"
 GROUP_BY = "compare-group-by"
 BAND = "compare-band"
 LOG_Y = "compare-log-y"
-OVERLAY = "compare-overlay"
+OVERLAY = "compare-overlay"  # the overlay's dcc.Graph, made when there is a figure
+OVERLAY_BOX = "compare-overlay-box"  # holds it, or a message
+OVERLAY_DRAWN = "compare-overlay-drawn"  # dcc.Store: whether the box holds the graph
 DIVERGENCE = "compare-divergence"
-DIFF_GRAPH = "compare-difference-graph"
+DIFF_GRAPH = "compare-difference-graph"  # made when there is a graph to paint
+DIFF_BOX = "compare-difference-box"  # holds it
+DIFF_DRAWN = "compare-difference-drawn"  # dcc.Store: whether the box holds the graph
 DIFF_PANEL = "compare-difference"  # the controls, the title and the painted graph
 DIFF_STEP = "compare-difference-step"
 DIFF_STATISTIC = "compare-difference-statistic"
@@ -68,6 +73,9 @@ OPEN_A, OPEN_B = "compare-open-a", "compare-open-b"
 OPEN_MODULES = "compare-open-modules"
 LINK_NOTE = "compare-link-note"
 COUNTING = "compare-counting-tick"  # dcc.Interval: on while findings are being counted
+TABLE_KEY = "compare-table-key"  # dcc.Store: what the table shows (trials' data versions, ...)
+TICK_TRIALS = "Tick trials in the table."
+HIDDEN = {"display": "none"}
 NO_GROUPING = "__none__"  # names starting with "__" are reserved: never a config key
 #: The table waits at most this many seconds for findings not counted yet; the rest
 #: are counted in the background (app/findings_scan.py) and shown at the next ticks.
@@ -133,8 +141,7 @@ def layout() -> html.Div:
                          className="sel-dropdown ms-2", style={"minWidth": "9rem"}),
         ], className="d-flex align-items-center flex-wrap mt-2 difference-controls"),
         html.Div(id=DIFF_TITLE, className="text-muted mt-1 difference-title"),
-        dcc.Graph(id=DIFF_GRAPH, figure=cf.empty_figure("", height=60),
-                  config={"displaylogo": False, "scrollZoom": True}, style={"display": "none"}),
+        html.Div(id=DIFF_BOX),
     ], id=DIFF_PANEL, style={"display": "none"})
     divergence = html.Div([
         html.Div(id=DIVERGENCE, className="small compare-divergence mb-1"),
@@ -165,12 +172,14 @@ def layout() -> html.Div:
             persistence=True, persistence_type="session"),
         html.Div(className="mb-2"),
         controls,
-        dcc.Loading(dcc.Graph(id=OVERLAY, figure=cf.empty_figure("Tick trials in the table."),
-                              config={"displaylogo": False}), delay_show=400),
+        dcc.Loading(html.Div(message(TICK_TRIALS), id=OVERLAY_BOX), delay_show=400),
         links,
         dcc.Loading(divergence, delay_show=400),
         dcc.Store(id=PLACES, storage_type="memory"),
         dcc.Store(id=DIFF_DEFAULTS, storage_type="memory"),
+        dcc.Store(id=TABLE_KEY, storage_type="memory"),
+        dcc.Store(id=OVERLAY_DRAWN, data=False, storage_type="memory"),
+        dcc.Store(id=DIFF_DRAWN, data=False, storage_type="memory"),
         dcc.Interval(id=COUNTING, interval=COUNT_TICK_MS, disabled=True),
     ], className="page-padded")
 
@@ -189,16 +198,38 @@ def compare_trial(search: str | None) -> str | None:
 def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     data = parts.data
 
-    @app.callback(
-        Output(TABLE, "data"), Output(TABLE, "columns"), Output(SUMMARY, "children"),
-        Output(GROUP_BY, "options"), Output(COUNTING, "disabled"),
-        Input(ids.DATA_STATUS, "data"), Input(SEARCH, "value"), Input(FINDINGS, "value"),
-        Input(COUNTING, "n_intervals"), State(TABLE, "columns"))
-    def show_table(_status: Any, search: str | None, findings: list | None, _counting: Any,
-                   shown_columns: list | None) -> tuple:
-        rows, columns, summary, options, waiting = table_view(
+    # The table answers at once when the page is shown (not after the shell's refresh, on
+    # which DATA_STATUS inputs wait: 0.1-0.6 s with 200 trials), and again after each
+    # refresh that found new data (sending nothing when its rows did not change).
+    def table_outputs(duplicate: bool) -> list:
+        return [Output(TABLE, "data", allow_duplicate=duplicate),
+                Output(TABLE, "columns", allow_duplicate=duplicate),
+                Output(SUMMARY, "children", allow_duplicate=duplicate),
+                Output(GROUP_BY, "options", allow_duplicate=duplicate),
+                Output(COUNTING, "disabled", allow_duplicate=duplicate),
+                Output(TABLE_KEY, "data", allow_duplicate=duplicate)]
+
+    def table_answer(search: str | None, findings: list | None, shown_columns: list | None,
+                     shown_key: str | None) -> tuple:
+        rows, columns, summary, options, waiting, key = table_view(
             data, parts.timings, search, bool(findings), COUNT_WAIT)
-        return rows, if_changed(columns, shown_columns), summary, options, not waiting
+        if key == shown_key:
+            return (no_update,) * 6
+        return (rows, if_changed(columns, shown_columns), summary, options, not waiting,
+                key)
+
+    @app.callback(*table_outputs(False), Input(SEARCH, "value"), Input(FINDINGS, "value"),
+                  Input(COUNTING, "n_intervals"), State(TABLE, "columns"))
+    def show_table(search: str | None, findings: list | None, _counting: Any,
+                   shown_columns: list | None) -> tuple:
+        return table_answer(search, findings, shown_columns, None)
+
+    @app.callback(*table_outputs(True), Input(ids.DATA_STATUS, "data"), State(SEARCH, "value"),
+                  State(FINDINGS, "value"), State(TABLE, "columns"), State(TABLE_KEY, "data"),
+                  prevent_initial_call=True)
+    def refresh_table(_status: Any, search: str | None, findings: list | None,
+                      shown_columns: list | None, shown_key: str | None) -> tuple:
+        return table_answer(search, findings, shown_columns, shown_key)
 
     @app.callback(
         Output(QUANTITY, "options"), Output(QUANTITY, "value"), Output(STATISTIC, "disabled"),
@@ -210,6 +241,22 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         chosen = value if value in values else (values[0] if values else None)
         return options, chosen, kind != data_of.TENSOR
 
+    # The plots are made when there is something to draw (plotly is not loaded before:
+    # the page's first load is faster) and then stay: a mount callback puts the dcc.Graph
+    # in its box once, which runs the figure callback (its output appeared); later changes
+    # go to the graph's figure alone, so that its zoom stays (uirevision). A new children
+    # value would make the graph anew.
+    @app.callback(
+        Output(OVERLAY_BOX, "children"), Output(OVERLAY_DRAWN, "data"),
+        Input(TABLE, "selected_row_ids"), Input(QUANTITY, "value"), State(OVERLAY_DRAWN, "data"))
+    def mount_overlay(trials: list | None, value: str | None, drawn: bool | None) -> tuple:
+        text = overlay_message(data, trials, value)
+        if text is not None:
+            return message(text), False
+        if drawn:
+            return no_update, no_update
+        return dcc.Graph(id=OVERLAY, config={"displaylogo": False}), True
+
     @app.callback(
         Output(OVERLAY, "figure"),
         Input(TABLE, "selected_row_ids"), Input(QUANTITY, "value"), Input(STATISTIC, "value"),
@@ -218,8 +265,9 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
     def overlay(trials: list | None, value: str | None, statistic: str | None,
                 weight: float | None, group_by: str | None, band: str | None,
                 log_y: list | None, _status: Any) -> Any:
-        return overlay_view(data, parts.timings, trials, value, statistic, weight, group_by,
-                            band, log_y)
+        shown = overlay_view(data, parts.timings, trials, value, statistic, weight, group_by,
+                             band, log_y)
+        return no_update if isinstance(shown, str) else shown  # a message: mount_overlay's
 
     @app.callback(
         Output(DIVERGENCE, "children"), Output(PLACES, "data"), Output(OPEN_A, "disabled"),
@@ -233,16 +281,37 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         return divergence_view(data, parts.timings, trials, listed, defaults)
 
     @app.callback(
-        Output(DIFF_GRAPH, "figure"), Output(DIFF_GRAPH, "style"), Output(DIFF_TITLE, "children"),
-        Output(DIFF_TYPE, "options"),
+        Output(DIFF_BOX, "children"), Output(DIFF_DRAWN, "data"),
+        Input(TABLE, "selected_row_ids"), Input(DIFF_STEP, "value"), State(DIFF_DRAWN, "data"))
+    def mount_difference(trials: list | None, step: int | None, drawn: bool | None) -> tuple:
+        if len(known(data, trials)) < 2 or step is None:
+            return [], False
+        if drawn:
+            return no_update, no_update
+        return dcc.Graph(id=DIFF_GRAPH, style=HIDDEN,
+                         config={"displaylogo": False, "scrollZoom": True}), True
+
+    difference_inputs = (
         Input(TABLE, "selected_row_ids"), Input(DIFF_STEP, "value"),
-        Input(DIFF_STATISTIC, "value"), Input(DIFF_TYPE, "value"), Input(ids.DATA_STATUS, "data"),
-        State(DIFF_TYPE, "options"))
+        Input(DIFF_STATISTIC, "value"), Input(DIFF_TYPE, "value"), Input(ids.DATA_STATUS, "data"))
+
+    @app.callback(Output(DIFF_GRAPH, "figure"), Output(DIFF_GRAPH, "style"), *difference_inputs)
     def paint_difference(trials: list | None, step: int | None, statistic: str | None,
-                         recording_type: str | None, _status: Any, listed: list | None) -> tuple:
-        figure, style, title, options = difference_view(data, parts.timings, trials, step,
-                                                        statistic, recording_type)
-        return figure, style, title, if_changed(options, listed)
+                         recording_type: str | None, _status: Any) -> tuple:
+        painted, _, _ = difference_view(data, parts.timings, trials, step, statistic,
+                                        recording_type)
+        if painted is None:
+            return no_update, HIDDEN
+        return difference_figure(painted), {"height": "380px"}
+
+    @app.callback(Output(DIFF_TITLE, "children"), Output(DIFF_TYPE, "options"),
+                  *difference_inputs, State(DIFF_TYPE, "options"))
+    def difference_title(trials: list | None, step: int | None, statistic: str | None,
+                         recording_type: str | None, _status: Any, listed: list | None
+                         ) -> tuple:
+        _, title, options = difference_view(data, parts.timings, trials, step, statistic,
+                                            recording_type)
+        return title, if_changed(options, listed)
 
     @app.callback(
         Output(ids.SELECTION, "data", allow_duplicate=True),
@@ -255,7 +324,7 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
                   selection: dict | None) -> tuple:
         trigger = dash.callback_context.triggered_id
         if trigger == OPEN_MODULES:
-            trials = [t for t in trials or [] if t in set(data.trial_ids())]
+            trials = known(data, trials)
             if len(trials) < 2:
                 return no_update, no_update, no_update
             new = sel.open_where(selection, {"trial": trials[0]}, data.option_source())
@@ -277,13 +346,27 @@ def register_callbacks(app: dash.Dash, parts: AppParts) -> None:
         return wanted
 
 
+def message(text: str) -> html.Div:
+    """What a plot's place shows instead of a plot (no figure: plotly is not loaded
+    before there is something to draw, which makes the page's first load faster)."""
+    return html.Div(text, className="text-muted compare-message d-flex align-items-center "
+                    "justify-content-center", style={"height": "120px"})
+
+
+def known(data: AppData, trials: list | None) -> list[str]:
+    """The ticked trials the group has, in their order."""
+    have = set(data.trial_ids())
+    return [t for t in trials or [] if t in have]
+
+
 def table_view(data: AppData, timings: Any, search: str | None, count_findings: bool,
-               wait: float) -> tuple[list, list, Any, list, int]:
+               wait: float) -> tuple[list, list, Any, list, int, str]:
     """The trials table: its rows (those the search keeps), columns, the summary above
-    it, the group-by options and how many trials still wait for their findings to be
-    counted. The counts (``count_findings``) come from the background scan: the table
-    answers after at most ``wait`` seconds with the trials scanned so far counted and
-    the others' cells empty; the page asks again every second while some wait."""
+    it, the group-by options, how many trials still wait for their findings to be
+    counted, and a key of what it shows (the same key: the same rows). The counts
+    (``count_findings``) come from the background scan: the table answers after at most
+    ``wait`` seconds with the trials scanned so far counted and the others' cells empty;
+    the page asks again every second while some wait."""
     started = time.perf_counter()
     frame = data_of.trials_frame(data)
     waiting: list[str] = []
@@ -301,19 +384,21 @@ def table_view(data: AppData, timings: Any, search: str | None, count_findings: 
         summary = [summary, html.Span(
             f" · counting findings: {len(frame) - len(waiting)} of {len(frame)} trials "
             "scanned", className="compare-counting")]
-    return rows, cf.table_columns(frame), summary, options, len(waiting)
+    key = repr((data_of.versions(data, frame["trial_id"].tolist()), search, count_findings,
+                len(waiting)))
+    return (rows, cf.table_columns(frame), summary, options, len(waiting),
+            hashlib.sha1(key.encode()).hexdigest())
 
 
 def overlay_view(data: AppData, timings: Any, trials: list | None, value: str | None,
                  statistic: str | None, weight: float | None, group_by: str | None,
                  band: str | None, log_y: list | None) -> Any:
-    """The ticked trials' quantity over the steps, overlaid (grouped by a config key)."""
-    trials = [t for t in trials or [] if t in set(data.trial_ids())]
-    quantity = data_of.decode(value)
-    if not trials:
-        return cf.empty_figure("Tick trials in the table.")
-    if quantity is None:
-        return cf.empty_figure("Nothing of this kind in the ticked trials.")
+    """The ticked trials' quantity over the steps, overlaid (grouped by a config key), or
+    the message shown instead."""
+    text = overlay_message(data, trials, value)
+    if text is not None:
+        return text
+    trials, quantity = known(data, trials), data_of.decode(value)
     statistic = statistic or "mean"
     started = time.perf_counter()
     series = data_of.series_of(data, trials, quantity, statistic)
@@ -323,6 +408,15 @@ def overlay_view(data: AppData, timings: Any, trials: list | None, value: str | 
         figure["layout"]["yaxis"]["type"] = "log"
     timings.record("compare.overlay", time.perf_counter() - started)
     return figure
+
+
+def overlay_message(data: AppData, trials: list | None, value: str | None) -> str | None:
+    """What the overlay's place says instead of a plot (None: there is a plot)."""
+    if not known(data, trials):
+        return TICK_TRIALS
+    if data_of.decode(value) is None:
+        return "Nothing of this kind in the ticked trials."
+    return None
 
 
 def overlay_figure(data: AppData, series: dict, quantity: list, statistic: str, weight: Any,
@@ -344,7 +438,7 @@ def divergence_view(data: AppData, timings: Any, trials: list | None,
     both trials recorded) and, when the pair or its first divergence is new, the step,
     statistic and recording type to paint (the divergence's, else the last step's mean
     of the forward values; otherwise what the user chose stays) and the defaults set."""
-    trials = [t for t in trials or [] if t in set(data.trial_ids())]
+    trials = known(data, trials)
     hidden = {"display": "none"}
     if len(trials) < 2:
         text = "Tick two trials to see where they first differ."
@@ -374,12 +468,12 @@ def divergence_view(data: AppData, timings: Any, trials: list | None,
 def difference_view(data: AppData, timings: Any, trials: list | None, step: int | None,
                     statistic: str | None, recording_type: str | None) -> tuple:
     """The first ticked trial's graph at ``step`` painted by the relative difference of
-    ``statistic`` of ``recording_type`` between the first two ticked trials: (figure,
-    its style, the title above it, the recording types the first trial has)."""
-    trials = [t for t in trials or [] if t in set(data.trial_ids())]
-    hidden = {"display": "none"}
+    ``statistic`` of ``recording_type`` between the first two ticked trials: (the graph's
+    model and its Paint, None when there is nothing to draw; the title above it; the
+    recording types the first trial has). :func:`difference_figure` draws it."""
+    trials = known(data, trials)
     if len(trials) < 2 or step is None:
-        return no_update, hidden, "", []
+        return None, "", []
     a, b = trials[:2]
     statistic = statistic or "mean"
     recording_type = recording_type or FORWARD
@@ -392,9 +486,8 @@ def difference_view(data: AppData, timings: Any, trials: list | None, step: int 
                 f"{sel.option_label('recording_type', recording_type)}")
     if painted is None:
         why = f"Nothing to paint: no graph, or no {quantity} in one of the trials at step {step}."
-        return no_update, hidden, why, options
-    model, paint = painted
-    figure = build_graph_figure(model, paint=paint, width_px=1200, height_px=360)
+        return None, why, options
+    paint = painted[1]
     compared, differing = cf.compared_nodes(paint)
     what = data_of.difference_label(statistic, recording_type)
     if not compared:
@@ -405,7 +498,12 @@ def difference_view(data: AppData, timings: Any, trials: list | None, step: int 
         verdict = f"the two trials are equal here: all {compared} nodes differ by 0"
     title = (f"{a}'s graph at step {step}, painted by the {what} between the two trials "
              f"({verdict}).")
-    return figure, {"height": "380px"}, title, options
+    return painted, title, options
+
+
+def difference_figure(painted: tuple) -> Any:
+    """The graph painted by the difference (``painted``: :func:`difference_view`'s)."""
+    return build_graph_figure(painted[0], paint=painted[1], width_px=1200, height_px=360)
 
 
 PAGE = Page(PATH, NAME, layout, register_callbacks)

@@ -214,14 +214,17 @@ def test_the_difference_is_painted_at_any_step_both_recorded_with_any_statistic(
                   if v.value is not None)
     assert paint.scale.high >= largest
     # the view: figure, title and the recording types of the first trial
-    figure, style, title, options = compare.difference_view(
+    painted, title, options = compare.difference_view(
         data, Timings(), [a, b], 4, "abs_max", "forward")
-    assert style != {"display": "none"} and figure.data
+    assert painted[1] == paint and compare.difference_figure(painted).data
     assert "graph at step 4, painted by the relative difference of max |x| · forward" in title
     assert "nodes differ" in title
     assert options[0]["value"] == "forward" and "update" in [o["value"] for o in options]
     # a step only one trial recorded has nothing to paint
     assert cd.difference_graph(data, a, "lr0.2-s1", 2, "mean", "forward") is None
+    painted, title, _ = compare.difference_view(data, Timings(), [a, "lr0.2-s1"], 2, "mean",
+                                                "forward")
+    assert painted is None and title.startswith("Nothing to paint")
 
 
 @pytest.fixture(scope="module")
@@ -257,8 +260,8 @@ def test_identical_trials_are_painted_all_zero_and_said_to_be_equal(twins):
         assert values and all(v == 0 for v in values)
         # zero is the lowest colour of the scale, not the middle of a padded one
         assert paint.scale.low == 0 and paint.scale.position(0.0) == 0
-        _, _, title, _ = compare.difference_view(data, Timings(), ["twin_a", "twin_b"], step,
-                                                 statistic, recording_type)
+        _, title, _ = compare.difference_view(data, Timings(), ["twin_a", "twin_b"], step,
+                                              statistic, recording_type)
         assert "the two trials are equal here" in title
     # another pair of the group diverges: its defaults replace the twins'
     out = compare.divergence_view(data, Timings(), ["twin_a", "other"], options, defaults)

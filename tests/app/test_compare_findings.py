@@ -44,11 +44,16 @@ def test_the_table_answers_at_once_and_the_counts_fill_in_as_scanned(many):
     data = AppData(many)
     trials = data.trial_ids()
     # without counting: no findings columns, nothing waits
-    rows, columns, summary, _, waiting = compare.table_view(data, Timings(), None, False, 0.0)
+    rows, columns, summary, _, waiting, key = compare.table_view(data, Timings(), None, False,
+                                                                0.0)
     assert len(rows) == COPIES and waiting == 0
+    # asked again with nothing new: the same key (a refresh sends nothing)
+    assert compare.table_view(data, Timings(), None, False, 0.0)[5] == key
     assert not {c["id"] for c in columns} & set(FINDINGS)
     # counting, not waiting: every row at once, the counts of no trial yet
-    rows, columns, summary, _, waiting = compare.table_view(data, Timings(), None, True, 0.0)
+    rows, columns, summary, _, waiting, counting = compare.table_view(data, Timings(), None,
+                                                                     True, 0.0)
+    assert counting != key
     assert len(rows) == COPIES and 0 < waiting <= COPIES
     assert {c["id"]: c["type"] for c in columns}["findings.error"] == "numeric"
     assert f"counting findings: {COPIES - waiting} of {COPIES} trials scanned" in \
@@ -59,7 +64,7 @@ def test_the_table_answers_at_once_and_the_counts_fill_in_as_scanned(many):
     end = time.monotonic() + 300
     while waiting:  # the page's ticks: each asks again
         assert time.monotonic() < end, f"{waiting} trials never counted"
-        rows, _, summary, _, waiting = compare.table_view(data, Timings(), None, True, 0.2)
+        rows, _, summary, _, waiting, _ = compare.table_view(data, Timings(), None, True, 0.2)
         assert sum(r["findings.error"] is None for r in rows) == waiting
         seen.append(COPIES - waiting)
     assert seen == sorted(seen) and seen[0] < seen[-1] == COPIES

@@ -106,6 +106,9 @@ def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
     headers = [h.text for h in dash_duo.find_elements(f"#{compare.TABLE} th")]
     assert any("cfg optim.lr" in h for h in headers)
     assert any("cfg seed" in h for h in headers)
+    # no plot before there is something to draw (plotly is not needed to show the table)
+    assert not dash_duo.find_elements(f"#{compare.OVERLAY}")
+    assert dash_duo.find_element(f"#{compare.OVERLAY_BOX}").text == compare.TICK_TRIALS
 
     # the table's own filter: a column's cell under its header
     lr_filter = dash_duo.find_element(
@@ -136,6 +139,8 @@ def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
                          what="the graph painted by the difference")
     assert "· update between" in caption and "nodes differ" in caption
     before = wait_until(lambda: node_colours(dash_duo), what="painted nodes")
+    dash_duo.driver.execute_script(  # marks the plot: made anew, it would lose the mark
+        f"document.querySelector('#{compare.DIFF_GRAPH} .js-plotly-plot').dataset.mark = '1';")
     # another statistic and the forward values: step 0's are equal (the lr acts later)
     choose(dash_duo, f"#{compare.DIFF_STATISTIC}", "max |x|")
     wait_until(lambda: title_with(dash_duo, "max |x| · update"), what="max |x| painted")
@@ -150,6 +155,9 @@ def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
     later = wait_until(lambda: title_with(dash_duo, "graph at step 4"), what="step 4 painted")
     assert "max |x| · forward" in later and "nodes differ" in later
     wait_until(lambda: node_colours(dash_duo) not in (zero, []), what="step 4's colours")
+    # the same plot, repainted (its zoom stays)
+    assert dash_duo.driver.execute_script(
+        f"return document.querySelector('#{compare.DIFF_GRAPH} .js-plotly-plot').dataset.mark")
 
     # grouped by lr: a mean and a band per group
     tick(dash_duo, "lr0.05-s1")
@@ -176,4 +184,14 @@ def test_compare_page_table_overlay_divergence_and_links(dash_duo, sweep):
                what="the Modules page's URL")
     dash_duo.wait_for_contains_text(f"#{modules.COMPARE}", "lr0.2-s0", timeout=20)
     assert selection(dash_duo)["current"]["trial"] == "lr0.05-s0"
+
+    # a trial recorded while the page is open joins the table at a refresh
+    dash_duo.find_element("#nav-compare").click()
+    dash_duo.wait_for_text_to_equal(f"#{compare.SUMMARY}",
+                                    "4 trials · tick trials to compare them", timeout=20)
+    from tests.app.test_compare_data import train
+
+    train(sweep.parent, "lr0.1-late", 0.1, 2, range(0, 8, 4))
+    dash_duo.wait_for_text_to_equal(f"#{compare.SUMMARY}",
+                                    "5 trials · tick trials to compare them", timeout=30)
     assert not [entry for entry in dash_duo.get_logs() or [] if entry["level"] == "SEVERE"]
