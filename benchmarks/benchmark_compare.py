@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """The Compare page at sweep size (issue 31): the trials table of 200 trials drawn in
-Chromium, and an overlay of 20 trials' tensor statistic from the click to the drawn plot.
+Chromium, an overlay of 20 trials' tensor statistic from the click to the drawn plot, and
+``first_divergence`` of two trials of the sweep.
 
     python benchmarks/benchmark_compare.py [--trials 200] [--recorded 8] [--steps 1000]
         [--keep DIR | --path GROUP] [--repeats 4]
@@ -14,8 +15,13 @@ unique), because recording 200 x 1,000 steps takes ~45 min on the 2-core develop
 machine. Every trial is read on its own by the GUI, so a copy costs what a recording does.
 
 Targets: the table drawn <= 2 s after the page is opened (cold: the first read of 200
-trials; warm: the page opened again), the overlay of 20 trials <= 500 ms from choosing
-another statistic (20 series not read before) to the plot holding 20 lines of it.
+trials; warm: the page opened again), the overlay of 20 trials <= 500 ms from the click
+to the plot holding 20 lines of it, measured twice: choosing another statistic (the
+page reads a tensor's statistics together, so this reads nothing) and choosing another
+tensor (20 series not read before), and ``first_divergence`` of two trials of the sweep
+<= 2 s (a fresh ``open_group`` each time): a recorded trial and its copy (nothing
+differs: every row of every step is compared, the worst case) and two recorded trials of
+another lr and seed.
 """
 
 from __future__ import annotations
@@ -167,6 +173,45 @@ def choose(driver, dropdown: str, text: str) -> float:
     return started
 
 
+def divergence_times(path: Path, pairs: list[tuple[str, str]], repeats: int) -> None:
+    """``first_divergence`` of each pair of the sweep on a freshly opened group: the call
+    alone (what the Compare page does: its group is open) and with the ``open_group``
+    before it (what ``comgra diff --path GROUP A B`` does: it indexes every trial)."""
+    from comgra_like.analysis import first_divergence
+    from comgra_like.query import open_group
+
+    def ms(values: list[float]) -> str:
+        return f"median {statistics.median(values) * 1000:.0f} ms (" + ", ".join(
+            f"{v * 1000:.0f}" for v in values) + ")"
+
+    for a, b in pairs:
+        calls, totals, found = [], [], None
+        for _ in range(repeats):
+            started = time.perf_counter()
+            group = open_group(path)
+            opened = time.perf_counter()
+            found = first_divergence(group, a, b)
+            calls.append(time.perf_counter() - opened)
+            totals.append(time.perf_counter() - started)
+        answer = "no difference" if found is None else f"step {found.step}"
+        print(f"first_divergence {a} vs {b} ({answer}): the call {ms(calls)}; with "
+              f"open_group of the {len(group.list_trials())} trials {ms(totals)} "
+              f"[target 2000 ms]; load {os.getloadavg()[0]:.1f}")
+
+
+def quantity_options(driver) -> list[str]:
+    """The texts of the overlay's quantity dropdown (opened and closed again)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.find_element(By.CSS_SELECTOR, "#compare-quantity").click()
+    menu = wait(driver, lambda: driver.find_elements(By.CSS_SELECTOR, ".dash-dropdown-option"))
+    texts = [o.text for o in menu]
+    driver.find_element(By.CSS_SELECTOR, "body").send_keys(Keys.ESCAPE)
+    time.sleep(0.3)
+    return texts
+
+
 def shoot(driver, url: str, out: Path) -> None:
     """The page on ten trials of the four lr values: the loss grouped by lr with its std
     band, smoothed, and the first divergence of the first two with the graph painted by
@@ -241,6 +286,10 @@ def main() -> int:
         open_group(path).read_trials()
         print(f"read_trials of {args.trials} trials (query API, cold): "
               f"{(time.perf_counter() - started) * 1000:.0f} ms")
+        # recorded trial 0, its first copy, and recorded trial 1 (another lr and seed)
+        first = f"lr{LRS[0]}-s000"
+        divergence_times(path, [(first, f"lr{LRS[0]}-s{args.recorded:03d}"),
+                                (first, f"lr{LRS[1 % len(LRS)]}-s001")], args.repeats)
         app = create_app(path, prefetch=False)
         with _browser.served(app) as url, _browser.chromium(1400, 900) as driver:
             driver.get(url + "/")  # the Dash bundles in the browser's cache, as in use
@@ -264,9 +313,25 @@ def main() -> int:
                 wait(driver, shown)
                 times.append(time.perf_counter() - started)
                 _browser.settle(driver, 5)
-            print(f"overlay of {args.overlay} trials' statistic (series not read before), "
+            print(f"overlay of {args.overlay} trials, another statistic of the tensor, "
                   f"click to drawn: median {statistics.median(times) * 1000:.0f} ms, "
                   f"each {', '.join(f'{t * 1000:.0f}' for t in times)} ms [target 500 ms]")
+            tensors = []
+            for text in quantity_options(driver)[1:args.repeats + 1]:
+                _, before = js(driver, TRACES)
+                started = choose(driver, "#compare-quantity", text)
+
+                def drawn(was: str = before) -> bool:
+                    count, title = js(driver, TRACES)
+                    return count == args.overlay and title != was
+
+                wait(driver, drawn, timeout=120)
+                tensors.append(time.perf_counter() - started)
+                _browser.settle(driver, 5)
+            print(f"overlay of {args.overlay} trials, another tensor (20 series not read "
+                  f"before), click to drawn: median {statistics.median(tensors) * 1000:.0f} "
+                  f"ms, each {', '.join(f'{t * 1000:.0f}' for t in tensors)} ms "
+                  "[target 500 ms]")
             redraws = []
             for _ in range(args.repeats):  # the same series (cached): figure + drawing
                 log_y = js(driver, LOG_Y)
