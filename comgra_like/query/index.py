@@ -69,6 +69,9 @@ from .types import (
     TrialInfo,
 )
 
+#: What :meth:`GroupIndex._signature_now` answers when the store could not be asked now.
+NOT_NOW = object()
+
 log = logging.getLogger("comgra_like")
 
 
@@ -160,6 +163,18 @@ class GroupIndex(ShardTables):
                 self._unreachable.discard(path)
                 self._read_outages.discard(path)
 
+    def _signature_now(self, path: Path, report: list[SkippedFile] | None = None) -> Any:
+        """``path``'s signature (None: not there), or :data:`NOT_NOW` when the store could
+        not be asked now (reported in ``report`` when given, as :meth:`_cannot_read_now`)."""
+        try:
+            return self.files.signature_now(path)
+        except OSError as e:
+            if not unreachable(e):
+                raise
+            if report is not None:
+                self._cannot_read_now(path, e, report)
+            return NOT_NOW
+
     def _cannot_read_now(self, path: Path, exc: BaseException,
                          report: list[SkippedFile] | None, *, by_read: bool = False) -> bool:
         """``path`` could not be read now (:func:`~comgra_like.format.files.unreachable`):
@@ -224,11 +239,8 @@ class GroupIndex(ShardTables):
                 trial.damaged_tensor_files.pop(name, None)
                 self._unskip(trial.path / key)
                 continue
-            try:
-                now = self.files.signature_now(trial.path / key)
-            except OSError as e:
-                if not unreachable(e):
-                    raise
+            now = self._signature_now(trial.path / key)
+            if now is NOT_NOW:
                 continue  # not looked at now: as it was
             if now != trial.damaged[key][0]:
                 del trial.damaged[key]
@@ -339,13 +351,9 @@ class GroupIndex(ShardTables):
                     # it changes (it was reported once already).
                     info_path = folder / name / TRIAL_JSON
                     if name in self._rejected:
-                        try:
-                            if self._rejected[name] == self.files.signature_now(info_path):
-                                continue
-                        except OSError as e:
-                            if not unreachable(e):
-                                raise
-                            continue  # as it was: looked at again at the next update
+                        now = self._signature_now(info_path)
+                        if now is NOT_NOW or now == self._rejected[name]:
+                            continue  # as it was (not looked at now: at the next update)
                     trial = TrialIndex(folder / name)
                     if not self._update_info(trial, skipped):
                         if str(info_path) not in self._unreachable:
@@ -392,13 +400,8 @@ class GroupIndex(ShardTables):
     def _update_info(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         """Read trial.json if it changed; whether the trial can be shown."""
         path = trial.layout.trial_json
-        try:
-            sig = self.files.signature_now(path)
-        except OSError as e:
-            if not unreachable(e):
-                raise
-            # not "not written yet": reported, a trial already shown keeps its info
-            self._cannot_read_now(path, e, skipped)
+        sig = self._signature_now(path, skipped)
+        if sig is NOT_NOW:  # not "not written yet": a trial already shown keeps its info
             return trial.info is not None
         if sig is None or sig == trial.info_signature:
             self._reached(path)
@@ -522,12 +525,8 @@ class GroupIndex(ShardTables):
     def _update_modules(self, trial: TrialIndex, skipped: list[SkippedFile]) -> bool:
         """Read modules.json if it changed; whether the module tree did."""
         path = trial.layout.modules_json
-        try:
-            sig = self.files.signature_now(path)
-        except OSError as e:
-            if not unreachable(e):
-                raise
-            self._cannot_read_now(path, e, skipped)
+        sig = self._signature_now(path, skipped)
+        if sig is NOT_NOW:
             return False  # the module tree known stays
         if sig == trial.modules_signature:
             self._reached(path)
