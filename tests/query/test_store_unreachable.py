@@ -83,6 +83,15 @@ def whole(index) -> None:
     assert index.skipped == []
 
 
+def hold_back_last_shard(group) -> tuple:
+    """trial_a's last steps shard taken away (the writer's next shard, put back by the
+    test): its path and its bytes."""
+    last = max((group / "trials" / "trial_a" / "steps").glob("*.parquet"))
+    kept = last.read_bytes()
+    last.unlink()
+    return last, kept
+
+
 # --- what an error says --------------------------------------------------------------------
 
 
@@ -104,6 +113,7 @@ def whole(index) -> None:
     (ValueError("Expecting value: line 1 column 1"), False),
     (UnsafePathError("a symbolic link"), False),
 ])
+
 def test_an_error_says_whether_the_file_could_not_be_read_now(error, now):
     assert files_module.unreachable(error) is now
 
@@ -182,10 +192,7 @@ def test_a_shard_that_could_not_be_read_once_is_read_at_the_next_update(group, m
 
 def test_a_new_shard_that_could_not_be_read_once_is_read_at_the_next_update(group):
     files = FlakyFiles()
-    folder = group / "trials" / "trial_a" / "steps"
-    last = max(folder.glob("*.parquet"))
-    kept = last.read_bytes()
-    last.unlink()
+    last, kept = hold_back_last_shard(group)
     index = GroupIndex(group, files)
     index.update()
     assert steps(index, "trial_a") == RECORDED[:-1]
@@ -275,10 +282,7 @@ def test_a_failed_listing_of_the_trials_folder_forgets_no_trial(group, monkeypat
 
 def test_a_table_folder_that_cannot_be_listed_now_keeps_its_rows(group):
     files = FlakyFiles()
-    folder = group / "trials" / "trial_a" / "steps"
-    last = max(folder.glob("*.parquet"))
-    kept = last.read_bytes()
-    last.unlink()
+    last, kept = hold_back_last_shard(group)
     index = GroupIndex(group, files)
     index.update()
     last.write_bytes(kept)

@@ -21,7 +21,12 @@ from comgra_like.query import open_group
 from comgra_like.query.sql import connect
 
 from .flaky import ALWAYS, FlakyFiles, io_error
-from .test_store_unreachable import RECORDED, TRIALS, group  # noqa: F401 - a fixture
+from .test_store_unreachable import (  # noqa: F401 - group: a fixture
+    RECORDED,
+    TRIALS,
+    group,
+    hold_back_last_shard,
+)
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -61,10 +66,7 @@ def test_a_trial_json_that_could_not_be_read_now_fails_the_listing(group, flaky)
 
 
 def test_a_footer_that_could_not_be_read_now_is_not_marked_damaged(group, flaky):  # noqa: F811
-    folder = group / "trials" / "trial_a" / "steps"
-    last = max(folder.glob("*.parquet"))
-    kept = last.read_bytes()
-    last.unlink()
+    last, kept = hold_back_last_shard(group)
     db = connect(group)
     assert step_list(db, "trial_a") == RECORDED[:-1]
     last.write_bytes(kept)  # the writer's next shard

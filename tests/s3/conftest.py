@@ -19,6 +19,8 @@ import uuid
 
 import pytest
 
+from tests.s3.gate import Gate
+
 BUCKET = "comgra-test"
 
 
@@ -103,3 +105,15 @@ def use_server(monkeypatch, endpoint: str) -> str:
 def s3(s3_server, monkeypatch):
     """A fresh ``s3://`` root on the session's server, with the environment set."""
     return use_server(monkeypatch, s3_server)
+
+
+@pytest.fixture
+def gate(s3_server):
+    """A relay in front of the moto server that the test opens and shuts (the store
+    going away and coming back); open at the start."""
+    g = Gate(s3_server)
+    g.open()
+    try:
+        yield g
+    finally:
+        g.close()

@@ -15,25 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from comgra_like.errors import StorageError
 from comgra_like.format.files import files_for
 from comgra_like.query import open_group
 from tests.s3.conftest import use_server
-from tests.s3.gate import Gate
 
 CHILD = Path(__file__).with_name("outage_child.py")
-
-
-@pytest.fixture
-def gate(s3_server):
-    g = Gate(s3_server)
-    g.open()
-    try:
-        yield g
-    finally:
-        g.close()
 
 
 def _start(root: str, trial: str, steps: int, stderr: Path) -> tuple[subprocess.Popen, list]:

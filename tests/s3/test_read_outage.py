@@ -74,16 +74,6 @@ class GatedFiles(ObjectFiles):
 
 
 @pytest.fixture
-def gate(s3_server):
-    g = Gate(s3_server)
-    g.open()
-    try:
-        yield g
-    finally:
-        g.close()
-
-
-@pytest.fixture
 def root(gate, monkeypatch) -> str:
     """Two finished trials recorded through the relay, a shard per step."""
     root = use_server(monkeypatch, gate.endpoint)
