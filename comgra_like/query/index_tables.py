@@ -52,12 +52,19 @@ class ShardTables:
         """The names this update listed in ``folder``; None when it could not be listed
         now (reported: what was read of it stays, the next update lists it again)."""
         names = self.listing.names(folder)
+        return names if self.listed_now(folder, skipped) else None
+
+    def listed_now(self, folder: Path, skipped: list[SkippedFile]) -> bool:
+        """Whether this update's listing could list ``folder`` (asked after its names):
+        if not, reported once as could not be read now, and the caller keeps what it
+        knew; if so, such a report ends. The watch() and metrics tables' indexes ask it
+        too (``Group.refresh``)."""
         problem = self.listing.unlisted.get(str(folder))
         if problem is not None:
             self._cannot_read_now(folder, problem, skipped)
-            return None
+            return False
         self._reached(folder)
-        return names
+        return True
 
     def _live(self, folder: Path, skipped: list[SkippedFile]) -> list[str] | None:
         names = self._listed(folder, skipped)

@@ -8,6 +8,7 @@ query API; the rows of a trial are read once per set of shard names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,22 @@ class MetricsIndex:
         self._shards: dict[str, tuple[str, ...]] = {}
         self._tables: dict[str, tuple[tuple[str, ...], pa.Table]] = {}
 
-    def update(self, listing: GroupListing | None = None) -> bool:
+    def update(self, listing: GroupListing | None = None,
+               listed_now: Callable[[Path], bool] | None = None) -> bool:
         """Every trial's metrics shards, from ``listing`` (the refresh's; a listing of
-        its own without one); True if anything changed."""
+        its own without one); True if anything changed. A folder the listing could not
+        list now (``listed_now`` says, and reports it; by default the listing's
+        ``unlisted``) keeps the shards known before."""
         listing = listing or GroupListing(self.group, self.files)
+        if listed_now is None:
+            listed_now = lambda folder: str(folder) not in listing.unlisted
         changed = False
         names = listing.visible_trial_folders()
         for trial_id in names:
             folder = TrialLayout.of(self.group, trial_id).table(METRICS)
             live = tuple(listing.live(folder))
+            if not listed_now(folder):
+                continue
             if self._shards.get(trial_id, ()) != live:
                 self._shards[trial_id] = live
                 changed = True

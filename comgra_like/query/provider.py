@@ -118,10 +118,16 @@ class Group(TensorReads, TableReads):
         """Index what appeared since the last refresh (new names only); cheap when
         nothing did."""
         update = self._index.update()
-        # the watch() and metrics tables from the same listing: each folder listed once
-        if self._watch.update(update.listing):
+        # the watch() and metrics tables from the same listing: each folder listed once;
+        # a folder it could not list now is reported with the index's and keeps its shards
+        skipped = update.report.skipped
+
+        def listed_now(folder: Path) -> bool:
+            return self._index.listed_now(folder, skipped)
+
+        if self._watch.update(update.listing, listed_now):
             self._tables_version += 1
-        if self._metrics.update(update.listing):
+        if self._metrics.update(update.listing, listed_now):
             self._tables_version += 1
         for trial_id in update.forgotten_trials:
             self._drop(lambda kind, t, x, trial_id=trial_id: t == trial_id)

@@ -9,6 +9,7 @@ other reads of the query API.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigurationError, StorageError
-from ..format.files import files_for
+from ..format.files import StoreUnreachable, files_for
 from ..format.graphs import is_graph_digest
 from ..format.layout import (
     HISTOGRAMS,
@@ -63,21 +64,33 @@ class WatchIndex:
         self.files = files_for(group)  # the local disk or an object store
         self._trials: dict[str, _TrialWatch] = {}
 
-    def update(self, listing: GroupListing | None = None) -> bool:
+    def update(self, listing: GroupListing | None = None,
+               listed_now: Callable[[Path], bool] | None = None) -> bool:
         """The watch tables' shards of every trial, from ``listing`` (the refresh's; a
-        listing of its own without one); True if anything changed."""
+        listing of its own without one); True if anything changed. A folder the listing
+        could not list now (``listed_now`` says, and reports it; by default the listing's
+        ``unlisted``) and a report that could not be looked at now keep what was known:
+        the tables are not shown empty while the store is away."""
         listing = listing or GroupListing(self.group, self.files)
+        if listed_now is None:
+            listed_now = lambda folder: str(folder) not in listing.unlisted
         changed = False
         names = listing.visible_trial_folders()
         for trial_id in names:
             layout = TrialLayout.of(self.group, trial_id)
             state = self._trials.setdefault(trial_id, _TrialWatch())
             for table in (HISTOGRAMS, MODULE_STEPS):
-                live = tuple(listing.live(layout.table(table)))
+                folder = layout.table(table)
+                live = tuple(listing.live(folder))
+                if not listed_now(folder):
+                    continue
                 if state.shards.get(table, ()) != live:
                     state.shards[table] = live
                     changed = True
-            sig = self.files.signature(layout.watch_json)
+            try:
+                sig = self.files.signature_now(layout.watch_json)
+            except StoreUnreachable:
+                continue  # read again at the next refresh; the report read before stays
             if sig != state.report_signature:
                 state.report_signature = sig
                 changed = True
