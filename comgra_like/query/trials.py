@@ -48,15 +48,17 @@ def trial_row(group, info, findings: Callable | None = None) -> dict[str, Any]:
     """One trial's row of the table as a dict (``info``: its ``TrialInfo``; ``findings``:
     ``trial_id -> counts by severity``). Cheap: numbers the index holds, no frames."""
     trial = info.trial_id
-    recorded, first, last = group.step_summary(trial)
+    ranks = group.list_ranks(trial)  # once: the summaries read the lowest rank
+    low = ranks[0] if ranks else 0
+    recorded, first, last = group.step_summary(trial, low)
     row: dict[str, Any] = {
         "trial_id": trial, "status": info.status, "created": info.created,
-        "ranks": len(group.list_ranks(trial)), "steps_recorded": recorded,
+        "ranks": len(ranks), "steps_recorded": recorded,
         "first_step": first, "last_step": last,
     }
     for key, value in info.config.items():
         row[CONFIG_PREFIX + key] = value if not isinstance(value, list) else str(value)
-    for (kpi_group, kpi_name), value in group.last_kpis(trial).items():
+    for (kpi_group, kpi_name), value in group.last_kpis(trial, low).items():
         row[kpi_column(kpi_group, kpi_name)] = value
     if findings is not None:
         counts = findings(trial)
