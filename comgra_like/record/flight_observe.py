@@ -21,6 +21,7 @@ from ..format import flight as ff
 from . import flight_catalog as cat
 from .flight_catalog import StepRecord
 from .flight_stats import BLOCK, batched_sums, derive
+from .module_io import tensor_version
 
 log = logging.getLogger("comgra_like")
 
@@ -247,7 +248,10 @@ class FlightObserver:
             self._drain()
             return
         raw = (torch.cat(pieces) if len(pieces) > 1 else pieces[0]).tolist() if pieces else []
-        self._judge(StepRecord(step, idx, derive(rows, raw), sample_ids, {}))
+        values = derive(rows, raw)
+        if raw:  # the device path (forced, in tests): what it could not count
+            self._complete(step, idx, values)
+        self._judge(StepRecord(step, idx, values, sample_ids, {}))
 
     @guarded
     def settle(self) -> None:
@@ -268,7 +272,45 @@ class FlightObserver:
     def _settle(self, pending: tuple) -> None:
         step, idx, rows, host, event, sample_ids = pending
         event.synchronize()
-        self._judge(StepRecord(step, idx, derive(rows, host.tolist()), sample_ids, {}))
+        values = derive(rows, host.tolist())
+        self._complete(step, idx, values)
+        self._judge(StepRecord(step, idx, values, sample_ids, {}))
+
+    def _complete(self, step: int, idx: np.ndarray, values: np.ndarray) -> None:
+        """What the device path could not tell, counted from the step's full values where
+        they are still kept (the ``full_steps`` ring, unchanged since): the NaN and Inf
+        counts of a row whose abs max is not finite ("not counted" otherwise), and the
+        mean and std of a finite row whose batched sum a NaN before it in its chunk made
+        NaN; a one-value row (a loss, a KPI) is its own count. A step that has left the
+        ring (judged late) or a tensor not kept stays "not counted". Only rows like these are looked at: a healthy step costs one numpy test; a
+        bad one a few reductions and a host synchronisation, once. In place."""
+        counts_unknown = np.isnan(values[:, 4])
+        sum_unknown = np.isnan(values[:, 0]) & np.isfinite(values[:, 2])
+        todo = np.flatnonzero(counts_unknown | sum_unknown)
+        if not len(todo):
+            return
+        kept = next((full for s, full in self._full_ring if s == step), None) \
+            if self.full_steps else None
+        by_name = {(name, role): (t, version) for name, role, t, version in kept or ()}
+        for row in todo:
+            key = int(idx[row])
+            if self._numel[key] == 1 and counts_unknown[row] and not sum_unknown[row]:
+                value = values[row, 0]  # one value (a loss, a KPI): it is its own count
+                values[row, 4], values[row, 5] = float(np.isnan(value)), float(np.isinf(value))
+                continue
+            found = by_name.get((self._names[key], self._roles[key]))
+            if found is None or (found[1] is not None and tensor_version(found[0]) != found[1]):
+                continue  # not kept (over max_full_bytes), or changed in place since
+            wide = found[0].detach().reshape(-1).double()
+            if counts_unknown[row]:
+                values[row, 4] = float(torch.isnan(wide).sum())
+                values[row, 5] = float(torch.isinf(wide).sum())
+            if sum_unknown[row]:
+                n = wide.numel()
+                mean = wide.sum().item() / n
+                var = torch.dot(wide, wide).item() / n - mean * mean
+                values[row, 0] = mean
+                values[row, 1] = math.sqrt(var) if var > 0 and n > 1 else 0.0
 
     # ----- statistics --------------------------------------------------------------------
 

@@ -58,7 +58,8 @@ def derive(rows: list, raw: list) -> np.ndarray:
     min, max), then the blocks' (the same 4 per row). mean = sum / n, L2 = sqrt(sum of
     squares), std from both (population), abs max = max(max, -min). A device or block
     row's NaN and Inf are not counted: 0 when its abs max is finite (then there are
-    none), NaN ("not counted") when it is not."""
+    none), NaN ("not counted") when it is not (the observer's ``_complete`` counts them
+    from the step's full values where those are kept)."""
     m = len(rows)
     if not raw:  # the CPU: every row is its numbers already
         red = np.array(rows, np.float64).reshape(m, 7)

@@ -280,29 +280,38 @@ def test_batched_reductions_give_the_same_statistics(tmp_path):
     """The GPU's batched reductions (segment sums over the flattened parameters, one
     launch for many tensors), forced on the CPU, agree with the per-tensor ones."""
     windows = {}
-    for batched in (False, True):
-        fr = FlightRecorder(window=8, after=0)
+    for batched, full_steps in ((False, 2), (True, 2), (True, 0)):
+        fr = FlightRecorder(window=8, after=0, full_steps=full_steps)
         fr._force_batched = batched
-        _, rec = train(tmp_path, f"b{int(batched)}", 12, flight=fr, nan_at=(10, "relu2"))
+        trial = f"b{int(batched)}{full_steps}"
+        _, rec = train(tmp_path, trial, 12, flight=fr, nan_at=(10, "relu2"))
         rec.finalize()
         assert [(f["kind"], f["step"], f["tensor"]) for f in fr.fired] == [
             ("non_finite", 10, "relu2")]
-        windows[batched] = read_flight(tmp_path / "flight", f"b{int(batched)}")
-    a, b = windows[False], windows[True]
+        windows[batched, full_steps] = read_flight(tmp_path / "flight", trial)
+    a, b, uncounted = windows[False, 2], windows[True, 2], windows[True, 0]
     assert list(a["name"]) == list(b["name"]) and list(a["role"]) == list(b["role"])
     stats = ["mean", "std", "abs_max", "l2_norm", "nan_count", "inf_count"]
     stats = ["mean", "std", "abs_max", "l2_norm"]
     assert (a[stats].isna() == b[stats].isna()).all().all()
     finite = a[stats].notna().to_numpy() & b[stats].notna().to_numpy()
     assert abs(a[stats].to_numpy()[finite] - b[stats].to_numpy()[finite]).max() < 1e-4
-    # the GPU's rows (batched or not): no NaN/Inf where the abs max is finite (0), not
-    # counted (NaN) where it is not; the CPU's count them, and agree where both count
+    # the GPU's rows (batched or not): no NaN/Inf where the abs max is finite (0); where
+    # it is not, counted from the step's full values the full_steps ring keeps: the
+    # same counts as the CPU's per-tensor path
     finite_max = np.isfinite(b["abs_max"].to_numpy())
     assert (b["nan_count"][finite_max] == 0).all() and (b["inf_count"][finite_max] == 0).all()
-    tensors = (b["role"] != "kpi").to_numpy()
-    assert b["nan_count"][tensors & ~finite_max].isna().all() and (~finite_max).any()
-    assert not a["nan_count"].isna().any()
-    assert (a["nan_count"][finite_max] == 0).all()
+    assert (~finite_max).any() and not a["nan_count"].isna().any()
+    np.testing.assert_array_equal(b["nan_count"], a["nan_count"])
+    np.testing.assert_array_equal(b["inf_count"], a["inf_count"])
+    assert (b["nan_count"][~finite_max] > 0).all()
+    # without full values kept they cannot be counted: "not counted" (NaN), but for the
+    # one-value rows (the loss, its KPI), which are their own count
+    bad = ~np.isfinite(uncounted["abs_max"].to_numpy())
+    one_value = uncounted["name"].isin(["loss", "train/loss"]).to_numpy()
+    assert (bad & one_value).sum() >= 2 and (bad & ~one_value).sum() > 10
+    assert (uncounted["nan_count"][bad & one_value] == 1).all()
+    assert uncounted["nan_count"][bad & ~one_value].isna().all()
 
 
 def test_a_nan_in_one_batched_gradient_is_not_spread_to_the_tensors_after_it(tmp_path):
@@ -314,7 +323,7 @@ def test_a_nan_in_one_batched_gradient_is_not_spread_to_the_tensors_after_it(tmp
     from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
     from comgra_like.recorder import ComgraRecorder
 
-    found = {}
+    found, spread = {}, {}
     for batched in (False, True):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
@@ -348,6 +357,7 @@ def test_a_nan_in_one_batched_gradient_is_not_spread_to_the_tensors_after_it(tmp
         found[batched] = (trigger["kind"], trigger["step"], trigger["tensor"],
                           trigger["rows_non_finite"],
                           sorted(grads.loc[np.isfinite(grads["abs_max"]), "name"]))
+        spread[batched] = grads.sort_values("name")[["mean", "std"]].to_numpy()
         finding = next(f for f in find(tmp_path / "g", trial) if f.kind == "flight_non_finite")
         assert finding.numbers["tensor"] == "net.0.weight", finding.explanation
         assert finding.steps[0] == 4 and finding.numbers["other_non_finite_rows"] == 1
@@ -357,6 +367,10 @@ def test_a_nan_in_one_batched_gradient_is_not_spread_to_the_tensors_after_it(tmp
     assert found[True][3] == 2
     assert found[True][4] == ["net.0.bias", "net.2.bias", "net.2.weight", "net.4.bias",
                               "net.4.weight"]
+    # their mean and std too (the batched running sum is NaN after the NaN: summed again
+    # from the step's full values); NaN only for net.0.weight's, as on the CPU
+    np.testing.assert_allclose(spread[True], spread[False], rtol=1e-5, atol=1e-7)
+    assert np.isnan(spread[True]).sum() == 2
 
 
 def test_one_bad_batch_fires_a_loss_spike_at_its_step(tmp_path):
