@@ -24,6 +24,8 @@ Calibrated on healthy runs of the real-model suite's tiny transformers (AdamW, l
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -167,9 +169,20 @@ def _collapse(data, parameter, rows) -> list[Finding]:
     if peak <= 0 or last >= COLLAPSE * peak:
         return []
     steps = rows.index[finite & (second < COLLAPSE * peak)].to_numpy()
+    numbers = {"peak_exp_avg_sq_mean": peak, "last_exp_avg_sq_mean": last}
+    effect = "each element's step grows towards lr / eps."
+    size = _column(rows, "step_size_mean")
+    if size is not None:  # what the step size did (amsgrad steps with the running max)
+        at_peak = float(size[int(np.nanargmax(np.where(finite, second, -np.inf)))])
+        now = float(size[finite][-1])
+        if math.isfinite(at_peak) and math.isfinite(now) and at_peak > 0:
+            numbers.update(step_size_mean_at_peak=at_peak, last_step_size_mean=now)
+            effect = (f"the mean per-element step size went from {fmt(at_peak)} to {fmt(now)}"
+                      + (", towards lr / eps." if now > 2 * at_peak else
+                         "; it did not grow with it: the optimizer divides by another "
+                         "moment (amsgrad's running maximum), so the steps stay bounded."))
     return [_finding(
         data, COLLAPSE_KIND, WARNING, parameter, steps,
         f"Adam's second moment of {parameter} collapsed: its mean fell from {fmt(peak)} to "
-        f"{fmt(last)}; its gradients vanished, and each element's step grows towards "
-        "lr / eps.", {"peak_exp_avg_sq_mean": peak, "last_exp_avg_sq_mean": last},
+        f"{fmt(last)}; its gradients vanished, and {effect}", numbers,
         "optimizer/exp_avg_sq_mean")]

@@ -34,10 +34,10 @@ class WithAuxiliary(nn.Module):
         return self.head(h), self.aux(h)
 
 
-def _train(tmp_path, aux_off: bool):
+def _train(tmp_path, aux_off: bool, amsgrad: bool = False):
     torch.manual_seed(0)
     net = WithAuxiliary()
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.9))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.9), amsgrad=amsgrad)
     handle = comgra_like.watch(net, optimizer=opt, standalone_dir=str(tmp_path / "w"),
                                trial_id="t", verbose=False, log_freq=LOG_FREQ)
     g = torch.Generator().manual_seed(1)
@@ -77,10 +77,26 @@ def test_a_collapsing_second_moment_is_named(tmp_path):
         assert f.severity == "warning"
         assert (f.node, f.role) == ("model.aux", f.numbers["parameter"].rpartition(".")[2])
         assert f.where["statistic"] == "optimizer/exp_avg_sq_mean"
-        assert "collapsed" in f.explanation and "lr / eps" in f.explanation
+        assert "collapsed" in f.explanation and "towards lr / eps" in f.explanation
+        # the step size it names grew (Adam divides by the collapsing moment)
+        assert f.numbers["last_step_size_mean"] > 100 * f.numbers["step_size_mean_at_peak"]
     # the last recorded value is Adam's own state at that step
     weight = frame[(frame.parameter == "model.aux.weight")].sort_values("training_step")
     assert weight.value.iloc[-1] == pytest.approx(v_aux[recorded[-1]], rel=1e-5)
+
+
+def test_with_amsgrad_the_finding_says_the_steps_did_not_grow(tmp_path):
+    # amsgrad divides by the running maximum of the second moment: exp_avg_sq still
+    # collapses, but the steps stay bounded, and the finding must not say otherwise
+    group, net, _ = _train(tmp_path, aux_off=True, amsgrad=True)
+    found = [f for f in find(group, "t") if f.kind == detector.COLLAPSE_KIND]
+    assert {f.numbers["parameter"] for f in found} == AUX, [f.explanation for f in found]
+    sizes = group.read_optimizer_state("t", quantities="step_size_mean")
+    for f in found:
+        assert "did not grow" in f.explanation and "towards" not in f.explanation, f.explanation
+        rows = sizes[sizes.parameter == f.numbers["parameter"]].sort_values("training_step")
+        assert f.numbers["last_step_size_mean"] == rows.value.iloc[-1]
+        assert f.numbers["last_step_size_mean"] <= 2 * f.numbers["step_size_mean_at_peak"]
 
 
 def test_the_same_loop_with_the_gradient_kept_raises_nothing(tmp_path):
