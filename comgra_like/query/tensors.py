@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, NotFoundError
@@ -144,7 +145,12 @@ class Footer:
         (None: no such row in this file). Only that row's row group is read, its
         ``values`` alone and a few rows at a time (:data:`ROW_BATCH_BYTES`), so that a
         step of large rows is never in memory at once."""
-        file = self._file(buffer_size=1 << 20)  # column chunks streamed, not read whole
+        # column chunks streamed, not read whole: on a local disk not pre-buffered either
+        # (pyarrow's pre_buffer reads the row group's whole compressed values chunk
+        # first: 148 -> 101 MB of Arrow memory for a 20 MB row); an object store keeps
+        # it (one ranged request instead of one per MB)
+        local = self.filesystem is None or isinstance(self.filesystem, pafs.LocalFileSystem)
+        file = self._file(buffer_size=1 << 20, pre_buffer=not local)
         key = {"training_step": int(step), **key}
         for g in self.groups(step):
             keys = file.read_row_group(g, columns=list(key))
