@@ -31,6 +31,22 @@ _F32 = torch.float32
 _NORM = torch.linalg.vector_norm
 
 
+_COMPLETE_CHUNK = 1 << 24  # values per float64 chunk of _counts_and_sums (128 MiB)
+
+
+def _counts_and_sums(t: torch.Tensor) -> tuple[float, float, float, float]:
+    """(NaN count, Inf count, sum, sum of squares) of a tensor where it lives, in float64
+    chunks of at most ``_COMPLETE_CHUNK`` values, read with one host synchronisation."""
+    flat = t.detach().reshape(-1)
+    acc = torch.zeros(4, dtype=torch.float64, device=flat.device)
+    for part in flat.split(_COMPLETE_CHUNK):
+        wide = part.double()
+        acc += torch.stack((torch.isnan(wide).sum(), torch.isinf(wide).sum(), wide.sum(),
+                            torch.dot(wide, wide)))
+    nan, inf, total, squares = acc.tolist()
+    return nan, inf, total, squares
+
+
 def _host_row(flat: torch.Tensor) -> tuple:
     """A flat float32 CPU tensor's 7 numbers (sum, sum of squares, min, max, NaN count,
     Inf count, numel), NaN and Inf counted only where a sum is not finite; finite values
@@ -83,6 +99,7 @@ class FlightObserver:
         self._before: list[torch.Tensor | None] = []
         self._params_seen_grad = False
         self._distributed = False
+        self._in_bad_stretch = False  # _complete: the steps after the first bad one
         self._sample_ids: list | None = None
         self._pending: deque = deque()  # device steps waiting for their host copy
 
@@ -281,14 +298,22 @@ class FlightObserver:
         they are still kept (the ``full_steps`` ring, unchanged since): the NaN and Inf
         counts of a row whose abs max is not finite ("not counted" otherwise), and the
         mean and std of a finite row whose batched sum a NaN before it in its chunk made
-        NaN; a one-value row (a loss, a KPI) is its own count. A step that has left the
-        ring (judged late) or a tensor not kept stays "not counted". Only rows like these are looked at: a healthy step costs one numpy test; a
-        bad one a few reductions and a host synchronisation, once. In place."""
+        NaN; a one-value row (a loss, a KPI) is its own count. Done for the first step of
+        a non-finite stretch only (the step its trigger names; a diverged run that goes
+        on must not pay it on every step), in chunks of ``_COMPLETE_CHUNK`` values (no
+        float64 copy of a whole large tensor on a GPU that may be full), one host
+        synchronisation per row. A step that has left the ring (judged late), a tensor
+        not kept or changed in place stays "not counted". A healthy step costs one
+        numpy test. In place."""
         counts_unknown = np.isnan(values[:, 4])
         sum_unknown = np.isnan(values[:, 0]) & np.isfinite(values[:, 2])
         todo = np.flatnonzero(counts_unknown | sum_unknown)
         if not len(todo):
+            self._in_bad_stretch = False
             return
+        if self._in_bad_stretch:
+            return
+        self._in_bad_stretch = True
         kept = next((full for s, full in self._full_ring if s == step), None) \
             if self.full_steps else None
         by_name = {(name, role): (t, version) for name, role, t, version in kept or ()}
@@ -301,14 +326,13 @@ class FlightObserver:
             found = by_name.get((self._names[key], self._roles[key]))
             if found is None or (found[1] is not None and tensor_version(found[0]) != found[1]):
                 continue  # not kept (over max_full_bytes), or changed in place since
-            wide = found[0].detach().reshape(-1).double()
+            nan, inf, total, squares = _counts_and_sums(found[0])
             if counts_unknown[row]:
-                values[row, 4] = float(torch.isnan(wide).sum())
-                values[row, 5] = float(torch.isinf(wide).sum())
+                values[row, 4], values[row, 5] = nan, inf
             if sum_unknown[row]:
-                n = wide.numel()
-                mean = wide.sum().item() / n
-                var = torch.dot(wide, wide).item() / n - mean * mean
+                n = found[0].numel()
+                mean = total / n
+                var = squares / n - mean * mean
                 values[row, 0] = mean
                 values[row, 1] = math.sqrt(var) if var > 0 and n > 1 else 0.0
 

@@ -477,3 +477,45 @@ def test_finite_values_whose_float32_sums_overflow_are_no_false_alarm(tmp_path):
             opt.step()
     assert seen[:5] == [pytest.approx(2e30)] * 5  # sqrt(4) x 1e30
     assert [(f["kind"], f["step"]) for f in fr.fired] == [("non_finite", 5)]
+
+
+def test_the_device_path_counts_the_first_step_of_a_non_finite_stretch_only(tmp_path):
+    """A NaN at step 10 spreads into the weights: every later step is non-finite too. The
+    device path counts the bad rows of step 10 (the one the trigger names) from the
+    kept full values, not those of every later step (a diverged run that goes on must
+    not pay a pass over every tensor each step): they stay "not counted"."""
+    fr = FlightRecorder(window=8, after=0)
+    fr._force_batched = True
+    _, rec = train(tmp_path, "stretch", 14, flight=fr, nan_at=(10, "relu2"))
+    rec.finalize()
+    by_step = {r.step: r.values for r in fr._ring}
+    multi = next(r for r in fr._ring if r.step == 10).idx
+    multi = np.array([fr._numel[k] > 1 for k in multi])
+    bad10 = ~np.isfinite(by_step[10][:, 2]) & multi
+    assert bad10.sum() > 10 and (by_step[10][bad10, 4] >= 1).all()
+    for step in (11, 12, 13):
+        bad = ~np.isfinite(by_step[step][:, 2]) & multi
+        assert bad.sum() > 10 and np.isnan(by_step[step][bad, 4]).all(), step
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 24])
+def test_counts_and_sums_in_chunks_are_those_of_the_whole_tensor(monkeypatch, chunk):
+    from comgra_like.record import flight_observe
+
+    monkeypatch.setattr(flight_observe, "_COMPLETE_CHUNK", chunk)
+    g = torch.Generator().manual_seed(chunk)
+    t = torch.randn(13, 11, generator=g)
+    t[3, 4], t[7, 1], t[0, 0], t[12, 10] = float("nan"), float("inf"), float("-inf"), 1e30
+    nan, inf, total, _squares = flight_observe._counts_and_sums(t)
+    assert (nan, inf) == (1.0, 2.0)
+    finite = t[torch.isfinite(t)].double()
+    clean = t.clone()
+    clean[~torch.isfinite(clean)] = 0.0
+    assert math.isnan(total) or math.isinf(total)  # NaN and Inf are in the sums
+    wide = clean.double()
+    n2, i2, total2, squares2 = flight_observe._counts_and_sums(clean)
+    assert (n2, i2) == (0.0, 0.0)
+    assert total2 == pytest.approx(float(wide.sum()), rel=1e-12)
+    assert squares2 == pytest.approx(float(torch.dot(wide.reshape(-1), wide.reshape(-1))),
+                                     rel=1e-12)
+    assert squares2 >= float(finite.max()) ** 2  # 1e30 squared: no float32 overflow

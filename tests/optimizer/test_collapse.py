@@ -88,7 +88,7 @@ def test_a_collapsing_second_moment_is_named(tmp_path):
 def test_with_amsgrad_the_finding_says_the_steps_did_not_grow(tmp_path):
     # amsgrad divides by the running maximum of the second moment: exp_avg_sq still
     # collapses, but the steps stay bounded, and the finding must not say otherwise
-    group, net, _ = _train(tmp_path, aux_off=True, amsgrad=True)
+    group, _, _ = _train(tmp_path, aux_off=True, amsgrad=True)
     found = [f for f in find(group, "t") if f.kind == detector.COLLAPSE_KIND]
     assert {f.numbers["parameter"] for f in found} == AUX, [f.explanation for f in found]
     sizes = group.read_optimizer_state("t", quantities="step_size_mean")
