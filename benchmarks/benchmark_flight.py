@@ -3,7 +3,7 @@
 
 Usage::
 
-    python benchmarks/benchmark_flight.py [--steps N] [--chunk K] [--threads T]
+    python benchmarks/benchmark_flight.py [--steps N] [--chunk K] [--threads T] [--settings]
 
 The workload is the recorder benchmark's MLP (``benchmark_recorder.py``'s ``WORKLOAD``
 and ``_train_step``: width 256, 4 Linear layers, batch 64, 11 registered tensors and 8
@@ -19,6 +19,9 @@ process, in alternating chunks of ``--chunk`` steps (same data, same seeds):
 * ``reductions`` the flight recorder's own arithmetic alone: its three reductions per
                tensor (sum, L2 norm, min and max, read as floats), the copy of the
                parameters and the updates' subtraction; no bookkeeping, hooks or judging.
+
+``--settings``: three more copies, armed with ``full_steps=0`` (no full values kept),
+``updates=False`` (no parameter copy, no update statistics) and both.
 
 ``--watch``: the transformer of ``benchmark_watch.py`` instead: bare, ``watch(log_freq=100)``,
 the same with ``flight_recorder=FlightRecorder()`` (target: x1.10), and ``watch+bound``:
@@ -46,6 +49,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark_recorder as br
+
+#: ``--settings``: the flight recorder with the settings that trade what it keeps for cost.
+SETTINGS = {
+    "full_steps=0": {"full_steps": 0},
+    "updates=False": {"updates": False},
+    "both": {"full_steps": 0, "updates": False},
+}
 
 
 class _Bound:
@@ -216,6 +226,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=600, help="steps per variant")
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--threads", type=int, default=br.WORKLOAD["torch_threads"])
+    ap.add_argument("--settings", action="store_true",
+                    help="also the MLP armed with full_steps=0, with updates=False and with "
+                         "both (what each costs)")
     ap.add_argument("--watch", action="store_true",
                     help="the watch() transformer workload instead of the recorder's MLP")
     args = ap.parse_args(argv)
@@ -255,17 +268,20 @@ def mlp_once(args) -> dict:
     base = br._build_model(torch)
     root = tempfile.mkdtemp(prefix="comgra-flight-bench-")
     names = ("bare", "recorder", "armed", "reductions", "bound")
+    if args.settings:
+        names += tuple(SETTINGS)
     runs = {}
     for name in names:
         model = copy.deepcopy(base)
         opt = torch.optim.SGD(model.parameters(), lr=br.WORKLOAD["lr"])
         gen = torch.Generator().manual_seed(br.WORKLOAD["seed"] + 1)
         rec = None
-        if name in ("recorder", "armed"):
-            rec = ComgraRecorder(root, "bench", name,
+        if name in ("recorder", "armed") or name in SETTINGS:
+            flight = (FlightRecorder(**SETTINGS.get(name, {}))
+                      if name != "recorder" else None)
+            rec = ComgraRecorder(root, "bench", name.replace(" ", "_").replace("=", "-"),
                                  DecisionMakerForRecordingsFrequencyPerType(1000),
-                                 max_num_batch_size_to_record=5,
-                                 flight_recorder=FlightRecorder() if name == "armed" else None)
+                                 max_num_batch_size_to_record=5, flight_recorder=flight)
             rec.track_module("mlp", model)
         elif name in ("bound", "reductions"):
             rec = _Bound(torch) if name == "bound" else _Reductions(torch)
@@ -297,7 +313,7 @@ def mlp_once(args) -> dict:
         times = runs[name][4]
         ms = 1000 * statistics.median(times) / args.chunk
         ratios[name] = statistics.median(t / b for t, b in zip(times, bare))
-        print(f"  {name:9s} {ms:7.3f} ms/step   x{ratios[name]:.3f}")
+        print(f"  {name:13s} {ms:7.3f} ms/step   x{ratios[name]:.3f}")
     return ratios
 
 
