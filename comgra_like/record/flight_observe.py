@@ -303,8 +303,8 @@ class FlightObserver:
         on must not pay it on every step), in chunks of ``_COMPLETE_CHUNK`` values (no
         float64 copy of a whole large tensor on a GPU that may be full), one host
         synchronisation per row. A step that has left the ring (judged late), a tensor
-        not kept or changed in place stays "not counted". A healthy step costs one
-        numpy test. In place."""
+        not kept or changed in place, and a tensor with several rows in the step (several
+        iterations) stay "not counted". A healthy step costs one numpy test. In place."""
         counts_unknown = np.isnan(values[:, 4])
         sum_unknown = np.isnan(values[:, 0]) & np.isfinite(values[:, 2])
         todo = np.flatnonzero(counts_unknown | sum_unknown)
@@ -316,12 +316,19 @@ class FlightObserver:
         self._in_bad_stretch = True
         kept = next((full for s, full in self._full_ring if s == step), None) \
             if self.full_steps else None
-        by_name = {(name, role): (t, version) for name, role, t, version in kept or ()}
+        # a name and role kept twice (several iterations in a step) is ambiguous: left
+        by_name: dict = {}
+        for name, role, t, version in kept or ():
+            by_name[(name, role)] = None if (name, role) in by_name else (t, version)
+        keys, counts = np.unique(idx, return_counts=True)
+        repeated = set(keys[counts > 1].tolist())
         for row in todo:
             key = int(idx[row])
             if self._numel[key] == 1 and counts_unknown[row] and not sum_unknown[row]:
                 value = values[row, 0]  # one value (a loss, a KPI): it is its own count
                 values[row, 4], values[row, 5] = float(np.isnan(value)), float(np.isinf(value))
+                continue
+            if key in repeated:
                 continue
             found = by_name.get((self._names[key], self._roles[key]))
             if found is None or (found[1] is not None and tensor_version(found[0]) != found[1]):

@@ -519,3 +519,46 @@ def test_counts_and_sums_in_chunks_are_those_of_the_whole_tensor(monkeypatch, ch
     assert squares2 == pytest.approx(float(torch.dot(wide.reshape(-1), wide.reshape(-1))),
                                      rel=1e-12)
     assert squares2 >= float(finite.max()) ** 2  # 1e30 squared: no float32 overflow
+
+
+def test_the_device_path_leaves_a_tensor_of_several_iterations_not_counted(tmp_path):
+    """Two iterations a step: a tensor has two rows and two kept values; a NaN in the
+    first iteration's only must not be counted from the second's (finite) values."""
+    from torch import nn
+
+    from comgra_like.objects import DecisionMakerForRecordingsFrequencyPerType
+    from comgra_like.recorder import ComgraRecorder
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    fr = FlightRecorder(window=8, after=0)
+    fr._force_batched = True
+    rec = ComgraRecorder(tmp_path, "g", "iters", DecisionMakerForRecordingsFrequencyPerType(
+        1000), flight_recorder=fr)
+    rec.track_module("net", model)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(5):
+        rec.start_batch(step, 4)
+        opt.zero_grad()
+        for iteration in range(2):
+            rec.start_iteration()
+            h = model[0](torch.randn(4, 4, generator=gen)).detach()
+            if step == 3 and iteration == 0:
+                h[0, 0] = float("nan")
+            rec.register_tensor("h", h)
+            loss = model[2](torch.tanh(h)).nan_to_num().pow(2).mean()
+            rec.register_tensor("loss", loss, is_loss=True)
+            loss.backward()
+            rec.record_current_gradients(f"loss{iteration}")
+            rec.finish_iteration()
+        opt.step()
+        rec.finish_batch()
+    rec.finalize()
+    assert [(f["kind"], f["step"], f["tensor"]) for f in fr.fired] == [("non_finite", 3, "h")]
+    values = next(r for r in fr._ring if r.step == 3)
+    rows = [i for i, k in enumerate(values.idx) if fr._names[k] == "h"]
+    assert len(rows) == 2
+    first, second = values.values[rows[0]], values.values[rows[1]]
+    assert np.isnan(first[2]) and np.isnan(first[4])  # bad, and not counted
+    assert np.isfinite(second[2]) and second[4] == 0
