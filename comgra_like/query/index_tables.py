@@ -59,9 +59,8 @@ class ShardTables:
         if not, reported once as could not be read now, and the caller keeps what it
         knew; if so, such a report ends. The watch() and metrics tables' indexes ask it
         too (``Group.refresh``)."""
-        problem = self.listing.unlisted.get(str(folder))
-        if problem is not None:
-            self._cannot_read_now(folder, problem, skipped)
+        if not self.listing.listed(folder):
+            self._cannot_read_now(folder, self.listing.unlisted[str(folder)], skipped)
             return False
         self._reached(folder)
         return True

@@ -97,6 +97,11 @@ class GroupListing:
                 self._names[key] = found
         return found
 
+    def listed(self, folder: Path) -> bool:
+        """Whether ``folder`` was listed by this listing (asked after :meth:`names`): False
+        when the store could not be asked now (it is in :attr:`unlisted`)."""
+        return str(folder) not in self.unlisted
+
     def live(self, folder: Path) -> list[str]:
         """The shard names of ``folder`` a reader should use (``layout.live_shards``: in
         sequence order, those a compacted file supersedes left out)."""

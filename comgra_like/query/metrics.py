@@ -47,10 +47,9 @@ class MetricsIndex:
         """Every trial's metrics shards, from ``listing`` (the refresh's; a listing of
         its own without one); True if anything changed. A folder the listing could not
         list now (``listed_now`` says, and reports it; by default the listing's
-        ``unlisted``) keeps the shards known before."""
+        ``listed``) keeps the shards known before."""
         listing = listing or GroupListing(self.group, self.files)
-        if listed_now is None:
-            listed_now = lambda folder: str(folder) not in listing.unlisted
+        listed_now = listed_now or listing.listed
         changed = False
         names = listing.visible_trial_folders()
         for trial_id in names:

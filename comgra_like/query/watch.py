@@ -69,11 +69,10 @@ class WatchIndex:
         """The watch tables' shards of every trial, from ``listing`` (the refresh's; a
         listing of its own without one); True if anything changed. A folder the listing
         could not list now (``listed_now`` says, and reports it; by default the listing's
-        ``unlisted``) and a report that could not be looked at now keep what was known:
+        ``listed``) and a report that could not be looked at now keep what was known:
         the tables are not shown empty while the store is away."""
         listing = listing or GroupListing(self.group, self.files)
-        if listed_now is None:
-            listed_now = lambda folder: str(folder) not in listing.unlisted
+        listed_now = listed_now or listing.listed
         changed = False
         names = listing.visible_trial_folders()
         for trial_id in names:
